@@ -1,0 +1,267 @@
+//! build.rs helper of autofusion: finds the `#[fused_graph]` functions in the listed files,
+//! plans and generates their kernels, compiles them with `cc`, and tells cargo to link them.
+//!
+//! ```no_run
+//! // build.rs
+//! fn main() {
+//!     autofusion_build::Builder::new().file("src/layers.rs").compile("layers");
+//! }
+//! ```
+//!
+//! Output goes to `$OUT_DIR/autofusion/<graph>/`: `fused.c`, `unfused.c`, `plan.json`,
+//! `report.md`, `before.dot` and `after.dot`; files are rewritten only when their content
+//! changes, so a no-op build recompiles nothing.
+//!
+//! | env var | effect |
+//! |---|---|
+//! | `AUTOFUSION_VERBOSE=1` | print the plan summary of every graph as cargo warnings |
+
+#![deny(missing_docs)]
+
+use autofusion_compiler::{env_var, report, target::Target, Unit, Variant};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Options of a build.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct Options {
+    /// Print plan summaries as cargo warnings (default: `AUTOFUSION_VERBOSE=1`).
+    pub verbose: Option<bool>,
+    /// Where to write generated files (default: `$OUT_DIR`).
+    pub out_dir: Option<PathBuf>,
+}
+
+/// The build.rs entry point (`cc::Build`-style setters).
+pub struct Builder {
+    files: Vec<PathBuf>,
+    options: Options,
+    #[allow(clippy::type_complexity)]
+    hook: Option<Box<dyn Fn(&mut cc::Build)>>,
+}
+
+/// A build failure, rendered like rustc's errors (file:line:col, what, help).
+#[derive(Debug, Clone)]
+pub struct Error {
+    /// The full rendered message.
+    pub rendered: String,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.rendered)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// One compiled graph.
+#[derive(Debug, Clone)]
+pub struct GraphOutput {
+    /// The graph's name.
+    pub name: String,
+    /// Its content hash.
+    pub hash: String,
+    /// Directory with its generated files.
+    pub dir: PathBuf,
+    /// The plan summary lines.
+    pub summary: Vec<String>,
+}
+
+/// What a build produced.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// Every graph found, in file order.
+    pub graphs: Vec<GraphOutput>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Find `#[fused_graph(...)]` functions, also inside inline modules.
+fn find_graphs<'a>(items: &'a [syn::Item], out: &mut Vec<(&'a syn::ItemFn, proc_macro2::TokenStream)>) {
+    for item in items {
+        match item {
+            syn::Item::Fn(f) => {
+                for a in &f.attrs {
+                    if a.path().segments.last().is_some_and(|s| s.ident == "fused_graph") {
+                        let tokens = match &a.meta {
+                            syn::Meta::List(l) => l.tokens.clone(),
+                            _ => proc_macro2::TokenStream::new(),
+                        };
+                        out.push((f, tokens));
+                    }
+                }
+            }
+            syn::Item::Mod(m) => {
+                if let Some((_, items)) = &m.content {
+                    find_graphs(items, out);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Write `path` only if its content differs (keeps mtimes, so cc and cargo skip work).
+fn write_if_changed(path: &Path, content: &str) -> std::io::Result<()> {
+    if std::fs::read_to_string(path).ok().as_deref() == Some(content) {
+        return Ok(());
+    }
+    std::fs::write(path, content)
+}
+
+impl Builder {
+    /// A builder with no files.
+    pub fn new() -> Builder {
+        Builder { files: Vec::new(), options: Options::default(), hook: None }
+    }
+    /// Add a Rust source file holding `#[fused_graph]` functions.
+    pub fn file(&mut self, p: impl AsRef<Path>) -> &mut Builder {
+        self.files.push(p.as_ref().to_path_buf());
+        self
+    }
+    /// Add several files.
+    pub fn files<P: AsRef<Path>>(&mut self, ps: impl IntoIterator<Item = P>) -> &mut Builder {
+        for p in ps {
+            self.file(p);
+        }
+        self
+    }
+    /// Print plan summaries as cargo warnings.
+    pub fn verbose(&mut self, v: bool) -> &mut Builder {
+        self.options.verbose = Some(v);
+        self
+    }
+    /// Replace all options.
+    pub fn options(&mut self, o: Options) -> &mut Builder {
+        self.options = o;
+        self
+    }
+    /// Adjust the `cc::Build` before it compiles the kernels.
+    pub fn cc_hook(&mut self, f: impl Fn(&mut cc::Build) + 'static) -> &mut Builder {
+        self.hook = Some(Box::new(f));
+        self
+    }
+
+    /// Build, or print the rendered error and exit with status 1 (for build.rs).
+    pub fn compile(&mut self, lib: &str) -> Output {
+        match self.try_compile(lib) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    /// Build and return the structured result (for tools and tests).
+    pub fn try_compile(&mut self, lib: &str) -> Result<Output, Error> {
+        println!("cargo:rerun-if-env-changed=AUTOFUSION_VERBOSE");
+        let verbose = self.options.verbose.unwrap_or_else(|| std::env::var("AUTOFUSION_VERBOSE").is_ok_and(|v| v == "1"));
+        let out_dir = match &self.options.out_dir {
+            Some(d) => d.clone(),
+            None => PathBuf::from(std::env::var("OUT_DIR").map_err(|_| Error {
+                rendered: "error: OUT_DIR is not set: autofusion_build runs from a build script (or set Options::out_dir)".into(),
+            })?),
+        };
+        let root = out_dir.join("autofusion");
+        let target = Target::host();
+        let mut graphs: Vec<GraphOutput> = Vec::new();
+        let mut errors = String::new();
+        let mut c_files: Vec<(PathBuf, bool)> = Vec::new();
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for file in &self.files {
+            println!("cargo:rerun-if-changed={}", file.display());
+            let shown = file.display().to_string();
+            let src = match std::fs::read_to_string(file) {
+                Ok(s) => s,
+                Err(e) => {
+                    errors += &format!("error: cannot read `{shown}`: {e}\n  = help: paths in Builder::file are relative to the package root\n\n");
+                    continue;
+                }
+            };
+            let parsed: syn::File = match syn::parse_file(&src) {
+                Ok(f) => f,
+                Err(e) => {
+                    errors += &autofusion_compiler::diag::Diags::from(e).render(&shown, &src);
+                    continue;
+                }
+            };
+            let mut found = Vec::new();
+            find_graphs(&parsed.items, &mut found);
+            if found.is_empty() {
+                println!("cargo:warning=autofusion: no #[fused_graph] function in {shown}");
+            }
+            for (f, attr) in found {
+                let unit = match Unit::parse(attr, f) {
+                    Ok(u) => u,
+                    Err(d) => {
+                        errors += &d.render(&shown, &src);
+                        continue;
+                    }
+                };
+                let name = unit.name().to_string();
+                if let Some((_, other)) = seen.iter().find(|(n, _)| *n == name) {
+                    let line = f.sig.ident.span().start().line;
+                    errors += &format!(
+                        "error: two fused graphs are named `{name}` ({other} and {shown}:{line})\n  = help: graph names key the build output; rename one\n\n"
+                    );
+                    continue;
+                }
+                seen.push((name.clone(), format!("{shown}:{}", f.sig.ident.span().start().line)));
+                let dir = root.join(&name);
+                std::fs::create_dir_all(&dir).map_err(|e| Error { rendered: format!("error: cannot create {}: {e}", dir.display()) })?;
+                let io = |e: std::io::Error| Error { rendered: format!("error: cannot write into {}: {e}", dir.display()) };
+                let fused = unit.variant(Variant::Fused, &target);
+                let unfused = unit.variant(Variant::Unfused, &target);
+                let debug = unit.lowered.options.debug;
+                let mut files = Vec::new();
+                for b in [&fused, &unfused] {
+                    let p = dir.join(format!("{}.c", b.variant.name()));
+                    write_if_changed(&p, &b.c.code).map_err(io)?;
+                    files.push(p.display().to_string());
+                    c_files.push((p, debug));
+                }
+                let summary = report::summary(&unit.graph, &fused.plan, &files[..1]);
+                write_if_changed(&dir.join("plan.json"), &report::plan_json(&unit.graph, &fused.plan)).map_err(io)?;
+                write_if_changed(&dir.join("report.md"), &report::report_md(&unit.graph, &fused.plan, &summary)).map_err(io)?;
+                write_if_changed(&dir.join("before.dot"), &report::dot(&unit.graph, None)).map_err(io)?;
+                write_if_changed(&dir.join("after.dot"), &report::dot(&unit.graph, Some(&fused.plan))).map_err(io)?;
+                if verbose {
+                    for l in &summary {
+                        println!("cargo:warning={l}");
+                    }
+                }
+                println!("cargo:rustc-env={}={}", env_var(&name), unit.hash);
+                graphs.push(GraphOutput { name, hash: unit.hash.clone(), dir, summary });
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Error { rendered: errors.trim_end().to_string() });
+        }
+        for debug in [false, true] {
+            let srcs: Vec<&PathBuf> = c_files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
+            if srcs.is_empty() {
+                continue;
+            }
+            let mut b = cc::Build::new();
+            b.files(srcs).warnings(false).flag_if_supported("-std=c11");
+            if debug {
+                b.opt_level(0).debug(true);
+            } else {
+                b.opt_level(3);
+            }
+            b.flag_if_supported("-fno-math-errno");
+            if let Some(h) = &self.hook {
+                h(&mut b);
+            }
+            let name = if debug { format!("{lib}_debug") } else { lib.to_string() };
+            b.try_compile(&name).map_err(|e| Error { rendered: format!("error: compiling the generated kernels failed: {e}") })?;
+        }
+        Ok(Output { graphs })
+    }
+}

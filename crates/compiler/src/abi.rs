@@ -1,0 +1,56 @@
+//! The kernel ABI shared by the generated code and the runtime.
+//!
+//! Every kernel is `void k(void *const *bufs, const int64_t *dims, const af_tiling *t,
+//! int64_t block, float *scratch)`: `bufs` holds the kernel's input buffers then its output
+//! buffers, `dims` the values of the graph's dynamic dims in `Graph::dyn_dims` order, `t` the
+//! tiling chosen at run time, `block` this block's index (0..t->block_num) and `scratch` this
+//! block's scratch memory (`Work::scratch_floats` floats). The tiling struct is defined once
+//! here and emitted both as C and (checked field by field) as `#[repr(C)]` Rust.
+
+use crate::dim::DimExpr;
+use serde::{Deserialize, Serialize};
+
+/// Bumped whenever the layout of `af_tiling`, `af_module` or the kernel signature changes.
+pub const ABI_VERSION: u32 = 1;
+
+/// `af_tiling` fields, all `int64_t`, in order.
+pub const TILING_FIELDS: [&str; 8] = ["block_num", "rows_per_block", "mc", "nc", "kc", "units", "reserved0", "reserved1"];
+
+/// The C declarations of the ABI, with layout assertions.
+pub fn c_decls() -> String {
+    let mut s = String::from("typedef struct af_tiling {\n");
+    for f in TILING_FIELDS {
+        s += &format!("    int64_t {f};\n");
+    }
+    s += "} af_tiling;\n";
+    s += &format!("_Static_assert(sizeof(af_tiling) == {}, \"af_tiling size\");\n", TILING_FIELDS.len() * 8);
+    for (i, f) in TILING_FIELDS.iter().enumerate() {
+        s += &format!("_Static_assert(offsetof(af_tiling, {f}) == {}, \"af_tiling.{f}\");\n", i * 8);
+    }
+    s += "typedef void (*af_kernel_fn)(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch);\n";
+    s += "typedef struct af_module {\n    uint32_t abi;\n    uint32_t tiling_size;\n    const char *json;\n    uint64_t json_len;\n    const af_kernel_fn *kernels;\n    uint64_t n_kernels;\n} af_module;\n";
+    s
+}
+
+/// The work of a kernel, from which DynamicTiling picks the blocking at run time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Work {
+    /// `rows` rows of `n` elements; `row_buffers` rows of `n` floats of scratch per block.
+    Rows { rows: DimExpr, n: DimExpr, row_buffers: u32 },
+    /// `batch` independent `m x k` by `k x n` products; scratch holds the packed panels.
+    MatMul { batch: DimExpr, m: DimExpr, n: DimExpr, k: DimExpr },
+}
+
+/// What the runtime needs to launch one kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelMeta {
+    /// The C function name (readable: kernel index and first output).
+    pub name: String,
+    /// Values passed in `bufs`: `n_inputs` inputs, then outputs.
+    pub buffers: Vec<crate::ir::NodeId>,
+    pub n_inputs: usize,
+    pub work: Work,
+    /// The ops it holds, for error messages and reports.
+    pub ops: String,
+}

@@ -1,0 +1,707 @@
+//! Host C code generation: one C file per graph variant, one static function per fused group,
+//! and an exported module descriptor the runtime loads.
+//!
+//! Elementwise groups are row loops: each block takes a range of rows of the group's iteration
+//! space; within a row, ops run in phases separated by reductions, values crossing a phase
+//! boundary live in per-row scratch buffers, everything else stays in registers. Matmul groups
+//! use one cache-blocked template (`af_gemm_tile` in the prelude) with the prologue applied
+//! while packing A and the epilogue applied while storing C.
+
+use crate::abi::{self, KernelMeta, Work};
+use crate::dim::{numel, DimExpr, Shape};
+use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
+use crate::layout::{resolve, space_strides};
+use crate::plan::{describe, iter_shape, space_of, Group, GroupKind, Plan};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+const PRELUDE: &str = r#"#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include <math.h>
+
+/* IEEE binary16 <-> binary32, round to nearest even. */
+static inline float af_h2f(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, f;
+    if (e == 0) {
+        if (m == 0) {
+            f = s;
+        } else {
+            e = 113;
+            while (!(m & 0x400u)) { m <<= 1; e--; }
+            f = s | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) {
+        f = s | 0x7f800000u | (m << 13);
+    } else {
+        f = s | ((e + 112) << 23) | (m << 13);
+    }
+    float out;
+    memcpy(&out, &f, 4);
+    return out;
+}
+static inline uint16_t af_f2h(float x) {
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    uint32_t s = (f >> 16) & 0x8000u, m = f & 0x7fffffu;
+    int32_t e = (int32_t)((f >> 23) & 0xffu) - 127 + 15;
+    if (((f >> 23) & 0xffu) == 0xffu) return (uint16_t)(s | 0x7c00u | (m ? 0x200u : 0));
+    if (e >= 31) return (uint16_t)(s | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10) return (uint16_t)s;
+        m |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - e), hm = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (hm & 1u))) hm++;
+        return (uint16_t)(s | hm);
+    }
+    uint32_t hm = m >> 13, rem = m & 0x1fffu, out = s | ((uint32_t)e << 10) | hm;
+    if (rem > 0x1000u || (rem == 0x1000u && (hm & 1u))) out++;
+    return (uint16_t)out;
+}
+/* bfloat16 <-> binary32, round to nearest even. */
+static inline float af_bf2f(uint16_t h) {
+    uint32_t f = (uint32_t)h << 16;
+    float out;
+    memcpy(&out, &f, 4);
+    return out;
+}
+static inline uint16_t af_f2bf(float x) {
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    if ((f & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((f >> 16) | 0x40u);
+    f += 0x7fffu + ((f >> 16) & 1u);
+    return (uint16_t)(f >> 16);
+}
+static inline float af_round_f16(float x) { return af_h2f(af_f2h(x)); }
+static inline float af_round_bf16(float x) { return af_bf2f(af_f2bf(x)); }
+static inline float af_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float af_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float af_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+static inline float af_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+static inline int64_t af_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The matmul template's inner kernel: C[m][n] += sum_k A[m][k] * B[k][n] on packed panels
+ * (A: mlen x klen, row stride lda; B: klen x nlen, row stride ldb; C row stride ldb).
+ * Four rows of C share each loaded row of B; the n loop is left to the vectoriser. */
+static void af_gemm_tile(const float *restrict A, const float *restrict B, float *restrict C,
+                         int64_t mlen, int64_t nlen, int64_t klen, int64_t lda, int64_t ldb) {
+    int64_t m = 0;
+    for (; m + 4 <= mlen; m += 4) {
+        float *restrict c0 = C + (m + 0) * ldb, *restrict c1 = C + (m + 1) * ldb;
+        float *restrict c2 = C + (m + 2) * ldb, *restrict c3 = C + (m + 3) * ldb;
+        for (int64_t k = 0; k < klen; ++k) {
+            const float a0 = A[(m + 0) * lda + k], a1 = A[(m + 1) * lda + k];
+            const float a2 = A[(m + 2) * lda + k], a3 = A[(m + 3) * lda + k];
+            const float *restrict b = B + k * ldb;
+            for (int64_t n = 0; n < nlen; ++n) {
+                const float bn = b[n];
+                c0[n] += a0 * bn;
+                c1[n] += a1 * bn;
+                c2[n] += a2 * bn;
+                c3[n] += a3 * bn;
+            }
+        }
+    }
+    for (; m < mlen; ++m) {
+        float *restrict c = C + m * ldb;
+        for (int64_t k = 0; k < klen; ++k) {
+            const float a = A[m * lda + k];
+            const float *restrict b = B + k * ldb;
+            for (int64_t n = 0; n < nlen; ++n) c[n] += a * b[n];
+        }
+    }
+}
+"#;
+
+/// Generated C for one graph variant, with the metadata the runtime needs.
+pub struct CSource {
+    pub code: String,
+    pub kernels: Vec<KernelMeta>,
+    /// The exported function returning the module descriptor.
+    pub entry: String,
+}
+
+fn ident(s: &str) -> String {
+    let mut out: String = s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+    while out.contains("__") {
+        out = out.replace("__", "_");
+    }
+    out.trim_matches('_').chars().take(32).collect()
+}
+
+pub fn c_float(v: f64) -> String {
+    let f = v as f32;
+    if f.is_nan() {
+        "NAN".into()
+    } else if f.is_infinite() {
+        if f > 0.0 { "INFINITY".into() } else { "(-INFINITY)".into() }
+    } else {
+        let s = format!("{f:?}");
+        let s = if s.contains('.') || s.contains('e') { s } else { format!("{s}.0") };
+        format!("{s}f")
+    }
+}
+
+fn unary_c(u: UnaryOp, x: &str) -> String {
+    match u {
+        UnaryOp::Neg => format!("(-{x})"),
+        UnaryOp::Exp => format!("expf({x})"),
+        UnaryOp::Log => format!("logf({x})"),
+        UnaryOp::Sqrt => format!("sqrtf({x})"),
+        UnaryOp::Rsqrt => format!("(1.0f / sqrtf({x}))"),
+        UnaryOp::Tanh => format!("tanhf({x})"),
+        UnaryOp::Sigmoid => format!("af_sigmoid({x})"),
+        UnaryOp::Relu => format!("fmaxf({x}, 0.0f)"),
+        UnaryOp::Gelu => format!("af_gelu({x})"),
+        UnaryOp::GeluTanh => format!("af_gelu_tanh({x})"),
+        UnaryOp::Silu => format!("af_silu({x})"),
+    }
+}
+
+fn binary_c(b: BinaryOp, x: &str, y: &str) -> String {
+    match b {
+        BinaryOp::Add => format!("({x} + {y})"),
+        BinaryOp::Sub => format!("({x} - {y})"),
+        BinaryOp::Mul => format!("({x} * {y})"),
+        BinaryOp::Div => format!("({x} / {y})"),
+        BinaryOp::Pow => format!("powf({x}, {y})"),
+        BinaryOp::Max => format!("fmaxf({x}, {y})"),
+        BinaryOp::Min => format!("fminf({x}, {y})"),
+    }
+}
+
+fn load(d: DType, ptr: &str, idx: &str) -> String {
+    match d {
+        DType::F32 => format!("{ptr}[{idx}]"),
+        DType::F16 => format!("af_h2f({ptr}[{idx}])"),
+        DType::BF16 => format!("af_bf2f({ptr}[{idx}])"),
+    }
+}
+
+fn store(d: DType, ptr: &str, idx: &str, v: &str) -> String {
+    match d {
+        DType::F32 => format!("{ptr}[{idx}] = {v};"),
+        DType::F16 => format!("{ptr}[{idx}] = af_f2h({v});"),
+        DType::BF16 => format!("{ptr}[{idx}] = af_f2bf({v});"),
+    }
+}
+
+fn ctype(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F16 | DType::BF16 => "uint16_t",
+    }
+}
+
+/// One iteration space inside a kernel: its row decomposition and the accesses made in it.
+struct Space {
+    /// Prefix of its C variables (`x` for the main space, `a`/`b` for matmul operands).
+    tag: &'static str,
+    shape: Shape,
+    /// Accesses by the value read (a view or a materialised node): (access index, buffer).
+    accesses: BTreeMap<NodeId, usize>,
+}
+
+struct Emitter<'g> {
+    g: &'g Graph,
+    /// Buffer index of every materialised value the kernel reads or writes.
+    buf: BTreeMap<NodeId, usize>,
+    decls: String,
+    n_access: usize,
+}
+
+impl<'g> Emitter<'g> {
+    fn dim(&self, d: &DimExpr) -> String {
+        d.to_c(&|s| self.g.dim_index(s))
+    }
+    fn var(&self, id: NodeId) -> String {
+        format!("v{}_{}", id.0, ident(&self.g.node(id).name))
+    }
+    /// Declare an access of value `v` in `space` (offset and strides evaluated once per call).
+    fn access(&mut self, sp: &mut Space, v: NodeId) -> usize {
+        if let Some(a) = sp.accesses.get(&v) {
+            return *a;
+        }
+        let view = resolve(self.g, v);
+        let rank = sp.shape.len();
+        let strides = space_strides(&view, &self.g.node(v).shape, rank);
+        let a = self.n_access;
+        self.n_access += 1;
+        let name = &self.g.node(view.base).name;
+        let _ = writeln!(self.decls, "    /* access {a}: {} ({name}) in space {} */", v, sp.tag);
+        let _ = writeln!(self.decls, "    const int64_t ac{a}_off = {};", self.dim(&view.offset));
+        for (d, s) in strides.iter().enumerate() {
+            let _ = writeln!(self.decls, "    const int64_t ac{a}_s{d} = {};", self.dim(s));
+        }
+        sp.accesses.insert(v, a);
+        a
+    }
+    /// Code computing `<tag>_row_off<a>` for every access of the space from the row index `row`.
+    fn row_prologue(&self, sp: &Space, row: &str, indent: &str) -> String {
+        let rank = sp.shape.len();
+        let mut s = String::new();
+        let _ = writeln!(s, "{indent}int64_t {t}_rem = {row};", t = sp.tag);
+        for d in (0..rank - 1).rev() {
+            if d == 0 {
+                let _ = writeln!(s, "{indent}const int64_t {t}_i0 = {t}_rem;", t = sp.tag);
+            } else {
+                let ext = self.dim(&sp.shape[d]);
+                let _ = writeln!(s, "{indent}const int64_t {t}_i{d} = {t}_rem % {ext}; {t}_rem /= {ext};", t = sp.tag);
+            }
+        }
+        let _ = writeln!(s, "{indent}(void){t}_rem;", t = sp.tag);
+        for d in 0..rank - 1 {
+            let _ = writeln!(s, "{indent}(void){t}_i{d};", t = sp.tag);
+        }
+        for a in sp.accesses.values() {
+            let mut terms = vec![format!("ac{a}_off")];
+            for d in 0..rank - 1 {
+                terms.push(format!("{t}_i{d} * ac{a}_s{d}", t = sp.tag));
+            }
+            let _ = writeln!(s, "{indent}const int64_t ac{a}_row = {};", terms.join(" + "));
+        }
+        s
+    }
+    fn read(&self, sp: &Space, v: NodeId, col: &str) -> String {
+        let a = sp.accesses[&v];
+        let rank = sp.shape.len();
+        let b = self.buf[&resolve(self.g, v).base];
+        let d = self.g.node(v).dtype;
+        load(d, &format!("in{b}"), &format!("ac{a}_row + ({col}) * ac{a}_s{}", rank - 1))
+    }
+}
+
+/// How an operand of a member is obtained inside a kernel.
+fn operand(
+    em: &Emitter,
+    sp: &Space,
+    members: &BTreeSet<NodeId>,
+    local: &dyn Fn(NodeId) -> Option<String>,
+    i: NodeId,
+    col: &str,
+) -> String {
+    let n = em.g.node(i);
+    if let Op::Const { value } = n.op {
+        return c_float(value);
+    }
+    if members.contains(&i) {
+        return local(i).expect("member computed before use");
+    }
+    em.read(sp, i, col)
+}
+
+/// The C expression of an elementwise member given its operand expressions.
+fn member_expr(g: &Graph, sp: &Space, id: NodeId, ops: &[String], col: &str) -> String {
+    let n = g.node(id);
+    match &n.op {
+        Op::Unary(u) => unary_c(*u, &ops[0]),
+        Op::Binary(b) => binary_c(*b, &ops[0], &ops[1]),
+        Op::Copy => ops[0].clone(),
+        Op::Cast => match n.dtype {
+            DType::F32 => ops[0].clone(),
+            DType::F16 => format!("af_round_f16({})", ops[0]),
+            DType::BF16 => format!("af_round_bf16({})", ops[0]),
+        },
+        Op::CausalMask => {
+            let r = sp.shape.len();
+            let row = if r >= 2 { format!("{}_i{}", sp.tag, r - 2) } else { "0".into() };
+            // Aligned to the bottom-right corner: query i sees keys j <= i + (cols - rows).
+            let s = &n.shape;
+            let shift = s[s.len() - 1].sub(&s[s.len() - 2]);
+            let shift = shift.to_c(&|x| g.dim_index(x));
+            format!("(({col}) > {row} + {shift} ? (-INFINITY) : {})", ops[0])
+        }
+        op => unreachable!("{} is not elementwise", op.name()),
+    }
+}
+
+fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
+    let g = em.g;
+    let space = space_of(g, &grp.nodes).expect("planner checked the space");
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let row_shape = {
+        let mut r = space.clone();
+        *r.last_mut().unwrap() = DimExpr::constant(1);
+        r
+    };
+    let full = |id: NodeId| space == row_shape || iter_shape(g, id) == space && !matches!(g.node(id).op, Op::Reduce { .. });
+    // Phases: a full-width op runs in the loop of its phase; a row value is ready at its level.
+    let mut phase: BTreeMap<NodeId, usize> = BTreeMap::new();
+    let mut level: BTreeMap<NodeId, usize> = BTreeMap::new();
+    let avail = |phase: &BTreeMap<NodeId, usize>, level: &BTreeMap<NodeId, usize>, i: NodeId| -> usize {
+        phase.get(&i).or(level.get(&i)).copied().unwrap_or(0)
+    };
+    let mut reduce_loop: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for &m in &grp.nodes {
+        let n = g.node(m);
+        let a = n.inputs.iter().map(|i| avail(&phase, &level, *i)).max().unwrap_or(0);
+        if matches!(n.op, Op::Reduce { .. }) {
+            reduce_loop.insert(m, a); // accumulates in loop `a`, ready after it
+            level.insert(m, a + 1);
+        } else if full(m) {
+            phase.insert(m, a);
+        } else {
+            level.insert(m, a);
+        }
+    }
+    let n_loops = phase.values().chain(reduce_loop.values()).map(|p| p + 1).max().unwrap_or(0);
+    // Full-width values read in a later loop live in row buffers.
+    let users = g.users();
+    let mut rowbuf: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for (&m, &p) in &phase {
+        let later = users[m.idx()].iter().any(|u| {
+            members.contains(u) && phase.get(u).or(reduce_loop.get(u)).is_some_and(|q| *q > p)
+        });
+        if later {
+            let k = rowbuf.len();
+            rowbuf.insert(m, k);
+        }
+    }
+    let mut sp = Space { tag: "x", shape: space.clone(), accesses: BTreeMap::new() };
+    for &m in &grp.nodes {
+        for &i in &g.node(m).inputs {
+            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) {
+                em.access(&mut sp, i);
+            }
+        }
+    }
+    let r_expr = em.dim(&numel(&space[..space.len() - 1].to_vec()));
+    let n_expr = em.dim(space.last().unwrap());
+    let _ = writeln!(body, "    const int64_t R = {r_expr}, N = {n_expr};");
+    let _ = writeln!(body, "    const int64_t r0 = block * t->rows_per_block, r1 = af_min64(R, r0 + t->rows_per_block);");
+    for (m, k) in &rowbuf {
+        let _ = writeln!(body, "    float *rb{} = scratch + (int64_t){k} * N; /* {} */", m.0, g.node(*m).name);
+    }
+    let _ = writeln!(body, "    for (int64_t r = r0; r < r1; ++r) {{");
+    body.push_str(&em.row_prologue(&sp, "r", "        "));
+    let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
+    let store_out = |em: &Emitter, m: NodeId, idx: &str| -> String {
+        let b = em.buf[&m];
+        store(g.node(m).dtype, &format!("out{b}"), idx, &em.var(m))
+    };
+    // Row values.
+    let row_vals = |lvl: usize, body: &mut String| {
+        for &m in &grp.nodes {
+            if level.get(&m) != Some(&lvl) {
+                continue;
+            }
+            let n = g.node(m);
+            if let Op::Reduce { kind, .. } = n.op {
+                let v = em.var(m);
+                let e = match kind {
+                    ReduceKind::Mean => format!("acc{} / (float)N", m.0),
+                    _ => format!("acc{}", m.0),
+                };
+                let _ = writeln!(body, "        const float {v} = {e}; /* {} */", n.name);
+            } else {
+                let ops: Vec<String> = n
+                    .inputs
+                    .iter()
+                    .map(|i| operand(em, &sp, &members, &|x| Some(em.var(x)), *i, "0"))
+                    .collect();
+                let _ = writeln!(body, "        const float {} = {}; /* {} */", em.var(m), member_expr(g, &sp, m, &ops, "0"), n.name);
+            }
+            if outputs.contains(&m) {
+                let _ = writeln!(body, "        {}", store_out(em, m, "r"));
+            }
+        }
+    };
+    for p in 0..n_loops {
+        row_vals(p, body);
+        for (&m, &lp) in &reduce_loop {
+            if lp == p {
+                let init = match g.node(m).op {
+                    Op::Reduce { kind: ReduceKind::Max, .. } => "(-INFINITY)",
+                    _ => "0.0f",
+                };
+                let _ = writeln!(body, "        float acc{} = {init};", m.0);
+            }
+        }
+        let _ = writeln!(body, "        for (int64_t c = 0; c < N; ++c) {{");
+        for &m in &grp.nodes {
+            let n = g.node(m);
+            let local = |x: NodeId| -> Option<String> {
+                if let Some(k) = phase.get(&x) {
+                    if *k < p {
+                        return Some(format!("rb{}[c]", x.0));
+                    }
+                }
+                Some(em.var(x))
+            };
+            if reduce_loop.get(&m) == Some(&p) {
+                let x = operand(em, &sp, &members, &local, n.inputs[0], "c");
+                let upd = match n.op {
+                    Op::Reduce { kind: ReduceKind::Max, .. } => format!("acc{0} = fmaxf(acc{0}, {x});", m.0),
+                    _ => format!("acc{} += {x};", m.0),
+                };
+                let _ = writeln!(body, "            {upd} /* {} */", n.name);
+            } else if phase.get(&m) == Some(&p) {
+                let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &sp, &members, &local, *i, "c")).collect();
+                let _ = writeln!(body, "            const float {} = {}; /* {} */", em.var(m), member_expr(g, &sp, m, &ops, "c"), n.name);
+                if let Some(_k) = rowbuf.get(&m) {
+                    let _ = writeln!(body, "            rb{}[c] = {};", m.0, em.var(m));
+                }
+                if outputs.contains(&m) {
+                    let _ = writeln!(body, "            {}", store_out(em, m, "r * N + c"));
+                }
+            }
+        }
+        let _ = writeln!(body, "        }}");
+    }
+    row_vals(n_loops, body);
+    let _ = writeln!(body, "    }}");
+    Work::Rows { rows: numel(&space[..space.len() - 1].to_vec()), n: space.last().unwrap().clone(), row_buffers: rowbuf.len() as u32 }
+}
+
+fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
+    let g = em.g;
+    let anchor = grp.anchor.unwrap();
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let out_shape = g.node(anchor).shape.clone();
+    let r = out_shape.len();
+    let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
+    let k_dim = g.node(a_in).shape.last().unwrap().clone();
+    let batch: Shape = out_shape[..r - 2].to_vec();
+    let mut a_shape = batch.clone();
+    a_shape.push(out_shape[r - 2].clone());
+    a_shape.push(k_dim.clone());
+    let mut b_shape = batch.clone();
+    b_shape.push(k_dim.clone());
+    b_shape.push(out_shape[r - 1].clone());
+    // Prologue = members upstream of the anchor; epilogue = the rest.
+    let mut prologue = BTreeSet::new();
+    let mut stack = vec![anchor];
+    while let Some(x) = stack.pop() {
+        for i in &g.node(x).inputs {
+            if members.contains(i) && prologue.insert(*i) {
+                stack.push(*i);
+            }
+        }
+    }
+    let epilogue: Vec<NodeId> = grp.nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
+    let mut spa = Space { tag: "a", shape: a_shape, accesses: BTreeMap::new() };
+    let mut spb = Space { tag: "b", shape: b_shape, accesses: BTreeMap::new() };
+    let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
+    for &m in &prologue {
+        for &i in &g.node(m).inputs {
+            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) {
+                em.access(&mut spa, i);
+            }
+        }
+    }
+    if !members.contains(&a_in) {
+        em.access(&mut spa, a_in);
+    }
+    em.access(&mut spb, b_in);
+    for &m in &epilogue {
+        for &i in &g.node(m).inputs {
+            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) {
+                em.access(&mut spo, i);
+            }
+        }
+    }
+    let bt = em.dim(&numel(&batch));
+    let (m_e, n_e, k_e) = (em.dim(&out_shape[r - 2]), em.dim(&out_shape[r - 1]), em.dim(&k_dim));
+    let _ = writeln!(body, "    const int64_t BATCH = {bt}, M = {m_e}, N = {n_e}, K = {k_e};");
+    let _ = writeln!(body, "    const int64_t MC = t->mc, NC = t->nc, KC = t->kc;");
+    let _ = writeln!(body, "    float *Ap = scratch, *Bp = scratch + MC * KC, *Cc = scratch + MC * KC + KC * NC;");
+    let _ = writeln!(body, "    const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
+    let _ = writeln!(body, "    const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);");
+    let _ = writeln!(body, "    for (int64_t u = u0; u < u1; ++u) {{");
+    let _ = writeln!(body, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
+    let _ = writeln!(body, "        const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);");
+    let _ = writeln!(body, "        memset(Cc, 0, sizeof(float) * (size_t)(mlen * NC));");
+    let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < K; k0 += KC) {{");
+    let _ = writeln!(body, "            const int64_t klen = af_min64(KC, K - k0);");
+    // Pack A, applying the prologue.
+    let _ = writeln!(body, "            for (int64_t m = 0; m < mlen; ++m) {{ /* pack A{} */", if prologue.is_empty() { "" } else { " with the prologue" });
+    body.push_str(&em.row_prologue(&spa, "bi * M + m0 + m", "                "));
+    let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
+    let _ = writeln!(body, "                    const int64_t c = k0 + k;");
+    for &m in grp.nodes.iter().filter(|m| prologue.contains(m)) {
+        let n = g.node(m);
+        let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &spa, &members, &|x| Some(em.var(x)), *i, "c")).collect();
+        let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &spa, m, &ops, "c"), n.name);
+    }
+    let a_val = operand(em, &spa, &members, &|x| Some(em.var(x)), a_in, "c");
+    let _ = writeln!(body, "                    Ap[m * KC + k] = {a_val};");
+    let _ = writeln!(body, "                }}\n            }}");
+    let _ = writeln!(body, "            for (int64_t k = 0; k < klen; ++k) {{ /* pack B */");
+    body.push_str(&em.row_prologue(&spb, "bi * K + k0 + k", "                "));
+    let b_val = em.read(&spb, b_in, "n0 + n");
+    let _ = writeln!(body, "                for (int64_t n = 0; n < nlen; ++n) Bp[k * NC + n] = {b_val};");
+    let _ = writeln!(body, "            }}");
+    let _ = writeln!(body, "            af_gemm_tile(Ap, Bp, Cc, mlen, nlen, klen, KC, NC);");
+    let _ = writeln!(body, "        }}");
+    // Epilogue while storing C.
+    let _ = writeln!(body, "        for (int64_t m = 0; m < mlen; ++m) {{ /* store C{} */", if epilogue.is_empty() { "" } else { " with the epilogue" });
+    body.push_str(&em.row_prologue(&spo, "bi * M + m0 + m", "            "));
+    let _ = writeln!(body, "            const int64_t orow = (bi * M + m0 + m) * N;");
+    let _ = writeln!(body, "            for (int64_t n = 0; n < nlen; ++n) {{");
+    let _ = writeln!(body, "                const int64_t c = n0 + n;");
+    let _ = writeln!(body, "                const float {} = Cc[m * NC + n]; /* {} */", em.var(anchor), g.node(anchor).name);
+    let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
+    let store_all = |m: NodeId, body: &mut String| {
+        if outputs.contains(&m) {
+            let b = em.buf[&m];
+            let _ = writeln!(body, "                {}", store(g.node(m).dtype, &format!("out{b}"), "orow + c", &em.var(m)));
+        }
+    };
+    store_all(anchor, body);
+    for &m in &epilogue {
+        let n = g.node(m);
+        let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &spo, &members, &|x| Some(em.var(x)), *i, "c")).collect();
+        let _ = writeln!(body, "                const float {} = {}; /* {} */", em.var(m), member_expr(g, &spo, m, &ops, "c"), n.name);
+        store_all(m, body);
+    }
+    let _ = writeln!(body, "            }}\n        }}\n    }}");
+    Work::MatMul { batch: numel(&batch), m: out_shape[r - 2].clone(), n: out_shape[r - 1].clone(), k: k_dim }
+}
+
+fn gen_concat(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
+    let g = em.g;
+    let id = grp.nodes[0];
+    let n = g.node(id);
+    let Op::Concat { axis } = n.op else { unreachable!() };
+    let shape = n.shape.clone();
+    let rank = shape.len();
+    let mut sp = Space { tag: "x", shape: shape.clone(), accesses: BTreeMap::new() };
+    for &i in &n.inputs {
+        em.access(&mut sp, i);
+    }
+    let r_expr = em.dim(&numel(&shape[..rank - 1].to_vec()));
+    let _ = writeln!(body, "    const int64_t R = {r_expr}, N = {};", em.dim(&shape[rank - 1]));
+    let _ = writeln!(body, "    const int64_t r0 = block * t->rows_per_block, r1 = af_min64(R, r0 + t->rows_per_block);");
+    let _ = writeln!(body, "    for (int64_t r = r0; r < r1; ++r) {{");
+    body.push_str(&em.row_prologue(&sp, "r", "        "));
+    let ob = em.buf[&id];
+    // Each input covers [start, start + extent) of the concatenated axis; its own index along
+    // the axis is shifted back by start (so its access offset is corrected by -start*stride).
+    let mut start = DimExpr::constant(0);
+    let pos = if axis + 1 == rank { "c".to_string() } else { format!("x_i{axis}") };
+    let _ = writeln!(body, "        for (int64_t c = 0; c < N; ++c) {{");
+    let mut first = true;
+    for &i in &n.inputs {
+        let ext = g.node(i).shape[axis].clone();
+        let end = start.add(&ext);
+        let a = sp.accesses[&i];
+        let s = em.dim(&start);
+        let idx = format!("ac{a}_row + c * ac{a}_s{} - ({s}) * ac{a}_s{axis}", rank - 1);
+        let v = load(g.node(i).dtype, &format!("in{}", em.buf[&resolve(g, i).base]), &idx);
+        let _ = writeln!(
+            body,
+            "            {}if ({pos} < {}) {{ {} }}",
+            if first { "" } else { "else " },
+            em.dim(&end),
+            store(n.dtype, &format!("out{ob}"), "r * N + c", &v)
+        );
+        first = false;
+        start = end;
+    }
+    let _ = writeln!(body, "        }}\n    }}");
+    Work::Rows { rows: numel(&shape[..rank - 1].to_vec()), n: shape[rank - 1].clone(), row_buffers: 0 }
+}
+
+/// Generate the C file of one plan. `symbol` prefixes exported names (graph, hash, variant).
+pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn Fn(&[KernelMeta]) -> String) -> CSource {
+    let mut code = String::new();
+    let _ = writeln!(code, "/* {header}\n * Generated by autofusion-compiler {}. Do not edit. */", env!("CARGO_PKG_VERSION"));
+    code.push_str(PRELUDE);
+    code.push_str(&abi::c_decls());
+    code.push('\n');
+    let mut kernels = Vec::new();
+    for (k, grp) in plan.groups.iter().enumerate() {
+        let mut buf = BTreeMap::new();
+        let mut buffers = Vec::new();
+        for &i in &grp.inputs {
+            buf.insert(i, buffers.len());
+            buffers.push(i);
+        }
+        for &o in &grp.outputs {
+            buf.insert(o, buffers.len());
+            buffers.push(o);
+        }
+        let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
+        let name = format!("k{k}_{first}");
+        let mut em = Emitter { g, buf, decls: String::new(), n_access: 0 };
+        let mut body = String::new();
+        let work = match grp.kind {
+            GroupKind::Elementwise => gen_rows(&mut em, grp, &mut body),
+            GroupKind::MatMul => gen_matmul(&mut em, grp, &mut body),
+            GroupKind::Concat => gen_concat(&mut em, grp, &mut body),
+        };
+        let ops = describe(g, grp);
+        let why = if grp.rules.is_empty() {
+            "one op: nothing fused".to_string()
+        } else {
+            format!("fused by {}", grp.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", "))
+        };
+        let lines: BTreeSet<u32> = grp.nodes.iter().map(|n| g.node(*n).line).filter(|l| *l > 0).collect();
+        let _ = writeln!(code, "/* {name}: {ops}\n * {why}; writes {}.", grp.outputs.iter().map(|o| g.node(*o).name.clone()).collect::<Vec<_>>().join(", "));
+        if !lines.is_empty() {
+            let _ = writeln!(code, " * source lines: {}", lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", "));
+        }
+        let _ = writeln!(code, " */");
+        let _ = writeln!(code, "static void {name}(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch) {{");
+        let _ = writeln!(code, "    (void)dims; (void)scratch;");
+        for (i, v) in buffers.iter().enumerate() {
+            let d = g.node(*v).dtype;
+            if i < grp.inputs.len() {
+                let _ = writeln!(code, "    const {} *restrict in{i} = (const {} *)bufs[{i}]; /* {} */", ctype(d), ctype(d), g.node(*v).name);
+            } else {
+                let _ = writeln!(code, "    {} *restrict out{i} = ({} *)bufs[{i}]; /* {} */", ctype(d), ctype(d), g.node(*v).name);
+            }
+        }
+        code.push_str(&em.decls);
+        code.push_str(&body);
+        code.push_str("}\n\n");
+        kernels.push(KernelMeta { name, buffers, n_inputs: grp.inputs.len(), work, ops });
+    }
+    let j = json(&kernels);
+    let _ = writeln!(code, "static const af_kernel_fn af_kernels[] = {{");
+    for k in &kernels {
+        let _ = writeln!(code, "    {},", k.name);
+    }
+    if kernels.is_empty() {
+        let _ = writeln!(code, "    0,");
+    }
+    let _ = writeln!(code, "}};");
+    let _ = writeln!(code, "static const char af_json[] = {};", c_string(&j));
+    let entry = symbol.to_string();
+    let _ = writeln!(
+        code,
+        "const af_module *{entry}(void) {{\n    static const af_module m = {{{}, (uint32_t)sizeof(af_tiling), af_json, sizeof(af_json) - 1, af_kernels, {}}};\n    return &m;\n}}",
+        abi::ABI_VERSION,
+        kernels.len()
+    );
+    CSource { code, kernels, entry }
+}
+
+/// A C string literal, split into lines of moderate length.
+fn c_string(s: &str) -> String {
+    let mut out = String::from("\n    \"");
+    let mut col = 0;
+    for ch in s.chars() {
+        match ch {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
+            c => {
+                let mut b = [0u8; 4];
+                for byte in c.encode_utf8(&mut b).bytes() {
+                    out.push_str(&format!("\\{byte:03o}"));
+                }
+            }
+        }
+        col += 1;
+        if col >= 100 {
+            out.push_str("\"\n    \"");
+            col = 0;
+        }
+    }
+    out.push('"');
+    out
+}

@@ -1,0 +1,3 @@
+//! Code generators, one module per target.
+
+pub mod c;

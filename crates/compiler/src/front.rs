@@ -1,0 +1,1082 @@
+//! The DSL front end: attribute options and the function body, lowered to IR with shape and
+//! dtype inference. Every error of the phase is collected and spanned on the offending tokens.
+
+use crate::diag::{Diag, Diags};
+use crate::dim::{shape_str, DimExpr, Shape};
+use crate::ir::{self, BinaryOp, DType, Graph, Node, NodeId, Op, ReduceKind, UnaryOp};
+use crate::plan::{Rule, RuleSet};
+use proc_macro2::{Span, TokenStream};
+use std::collections::{BTreeMap, HashMap};
+use syn::parse::Parser;
+use syn::spanned::Spanned;
+use syn::{Expr, Pat, Stmt};
+
+/// Options of `#[fused_graph(...)]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub dims: Vec<(String, i64)>,
+    /// Planning estimates for dynamic dims (`hints(S = 512)`); default 128.
+    pub hints: Vec<(String, i64)>,
+    pub opt_level: u8,
+    pub rules: RuleSet,
+    pub debug: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { dims: Vec::new(), hints: Vec::new(), opt_level: 2, rules: RuleSet::all(), debug: false }
+    }
+}
+
+/// The typed signature, for the macro's glue.
+#[derive(Clone, Debug)]
+pub struct Signature {
+    pub params: Vec<(String, DType, Shape)>,
+    pub outputs: Vec<(DType, Shape)>,
+    /// Whether the function returns a tuple (even of one).
+    pub tuple_return: bool,
+}
+
+/// Front-end result: the graph (still holding sugar ops), options and signature.
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub graph: Graph,
+    pub options: Options,
+    pub sig: Signature,
+}
+
+pub fn parse_options(attr: TokenStream) -> Result<Options, Diags> {
+    let mut opts = Options::default();
+    let mut diags = Diags::default();
+    let metas = syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated.parse2(attr)?;
+    let mut seen: Vec<String> = Vec::new();
+    for meta in metas {
+        let key = meta.path().get_ident().map(|i| i.to_string()).unwrap_or_default();
+        if seen.contains(&key) {
+            diags.push(Diag::new(meta.path().span(), format!("option `{key}` given twice")));
+            continue;
+        }
+        seen.push(key.clone());
+        match (key.as_str(), &meta) {
+            ("dims" | "hints", syn::Meta::List(l)) => {
+                let parser = syn::punctuated::Punctuated::<syn::MetaNameValue, syn::Token![,]>::parse_terminated;
+                match l.parse_args_with(parser) {
+                    Ok(items) => {
+                        for nv in items {
+                            let name = nv.path.get_ident().map(|i| i.to_string());
+                            let val = match &nv.value {
+                                Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok(),
+                                _ => None,
+                            };
+                            match (name, val) {
+                                (Some(n), Some(v)) if v > 0 => {
+                                    let list = if key == "dims" { &mut opts.dims } else { &mut opts.hints };
+                                    if list.iter().any(|(m, _)| *m == n) {
+                                        diags.push(Diag::new(nv.path.span(), format!("dim `{n}` given twice")));
+                                    }
+                                    list.push((n, v));
+                                }
+                                (None, _) => diags.push(Diag::new(nv.path.span(), "expected a dim name")),
+                                (_, _) => diags.push(
+                                    Diag::new(nv.value.span(), format!("bad value for a dim in `{key}(...)`: expected a positive integer literal"))
+                                        .help(format!("write `{key}(D = 1024, H = 16)`")),
+                                ),
+                            }
+                        }
+                    }
+                    Err(e) => diags.0.extend(Diags::from(e).0),
+                }
+            }
+            ("opt_level", syn::Meta::NameValue(nv)) => match &nv.value {
+                Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) if matches!(i.base10_parse::<u8>(), Ok(0..=3)) => {
+                    opts.opt_level = i.base10_parse().unwrap();
+                }
+                v => diags.push(
+                    Diag::new(v.span(), format!("bad value for `opt_level`: `{}`", quote::quote!(#v)))
+                        .help("opt_level is an integer from 0 (one kernel per op) to 3 (all fusions)"),
+                ),
+            },
+            ("debug", syn::Meta::NameValue(nv)) => match &nv.value {
+                Expr::Lit(syn::ExprLit { lit: syn::Lit::Bool(b), .. }) => opts.debug = b.value,
+                v => diags.push(Diag::new(v.span(), "bad value for `debug`: expected `true` or `false`")),
+            },
+            ("rules", syn::Meta::NameValue(nv)) => match &nv.value {
+                Expr::Path(p) if p.path.is_ident("all") => opts.rules = RuleSet::all(),
+                Expr::Path(p) if p.path.is_ident("none") => opts.rules = RuleSet::none(),
+                Expr::Array(a) => {
+                    let mut set = RuleSet::none();
+                    for e in &a.elems {
+                        let name = match e {
+                            Expr::Path(p) => p.path.get_ident().map(|i| i.to_string()),
+                            _ => None,
+                        };
+                        match name.as_deref().and_then(Rule::parse) {
+                            Some(r) => set.insert(r),
+                            None => diags.push(
+                                Diag::new(e.span(), format!("unknown fusion rule `{}`", quote::quote!(#e)))
+                                    .help(format!("known rules: {}", Rule::ALL.iter().map(|r| r.name()).collect::<Vec<_>>().join(", "))),
+                            ),
+                        }
+                    }
+                    opts.rules = set;
+                }
+                v => diags.push(
+                    Diag::new(v.span(), "bad value for `rules`: expected `all`, `none` or a list like `[add_norm, linear_epilogue]`"),
+                ),
+            },
+            _ => diags.push(
+                Diag::new(meta.span(), format!("unknown option `{}`", quote::quote!(#meta)))
+                    .help("options are dims(NAME = value, ...), hints(NAME = value, ...), opt_level = 0..=3, rules = all | none | [name, ...], debug = true | false"),
+            ),
+        }
+    }
+    if diags.is_empty() {
+        Ok(opts)
+    } else {
+        Err(diags)
+    }
+}
+
+/// A value while lowering.
+#[derive(Clone)]
+enum Val {
+    T(NodeId),
+    Scalar(f64),
+    Tuple(Vec<NodeId>),
+}
+
+struct Lower<'a> {
+    opts: &'a Options,
+    nodes: Vec<Node>,
+    env: HashMap<String, Val>,
+    diags: Diags,
+    dyn_dims: Vec<String>,
+    consts: BTreeMap<u64, NodeId>,
+    cur_name: String,
+}
+
+fn line_of(span: Span) -> u32 {
+    span.start().line as u32
+}
+
+impl<'a> Lower<'a> {
+    fn static_dim(&self, n: &str) -> Option<i64> {
+        self.opts.dims.iter().find(|(m, _)| m == n).map(|(_, v)| *v)
+    }
+
+    /// Parse a dim expression; unknown names become dynamic dims when `allow_new`.
+    fn dim(&mut self, e: &Expr, allow_new: bool) -> Option<DimExpr> {
+        match e {
+            Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => match i.base10_parse::<i64>() {
+                Ok(v) if v >= 0 => Some(DimExpr::constant(v)),
+                _ => {
+                    self.diags.push(Diag::new(i.span(), "a dim must be a non-negative integer"));
+                    None
+                }
+            },
+            Expr::Path(p) if p.path.get_ident().is_some() => {
+                let n = p.path.get_ident().unwrap().to_string();
+                if let Some(v) = self.static_dim(&n) {
+                    Some(DimExpr::constant(v))
+                } else if self.dyn_dims.contains(&n) {
+                    Some(DimExpr::sym(&n))
+                } else if allow_new {
+                    self.dyn_dims.push(n.clone());
+                    Some(DimExpr::sym(&n))
+                } else {
+                    self.diags.push(
+                        Diag::new(p.span(), format!("unknown dim `{n}`"))
+                            .help("dims are bound in `dims(...)` or appear in a parameter's shape"),
+                    );
+                    None
+                }
+            }
+            Expr::Paren(p) => self.dim(&p.expr, allow_new),
+            Expr::Binary(b) => {
+                let l = self.dim(&b.left, allow_new);
+                let r = self.dim(&b.right, allow_new);
+                let (l, r) = (l?, r?);
+                match b.op {
+                    syn::BinOp::Mul(_) => Some(l.mul(&r)),
+                    syn::BinOp::Add(_) => Some(l.add(&r)),
+                    syn::BinOp::Sub(_) => Some(l.sub(&r)),
+                    syn::BinOp::Div(_) => match r.as_const() {
+                        Some(k) if k != 0 => Some(l.div_const(k).unwrap()),
+                        _ => {
+                            self.diags.push(Diag::new(b.right.span(), "a dim can only be divided by a non-zero constant or static dim"));
+                            None
+                        }
+                    },
+                    _ => {
+                        self.diags.push(Diag::new(b.op.span(), "unsupported operator in a dim expression"));
+                        None
+                    }
+                }
+            }
+            _ => {
+                self.diags.push(Diag::new(e.span(), "expected a dim expression (names, integers, `*`, `/`)"));
+                None
+            }
+        }
+    }
+
+    /// `Tensor<f32, {[S, D]}>` -> dtype and shape.
+    fn tensor_type(&mut self, ty: &syn::Type, allow_new: bool) -> Option<(DType, Shape)> {
+        let bad = |this: &mut Self, span: Span| {
+            this.diags.push(
+                Diag::new(span, "expected a tensor type like `Tensor<f32, {[S, D]}>`")
+                    .help("the dtype is f32, f16 or bf16; the shape is a braced list of dims"),
+            );
+            None
+        };
+        let syn::Type::Path(tp) = ty else { return bad(self, ty.span()) };
+        let seg = tp.path.segments.last().unwrap();
+        if seg.ident != "Tensor" {
+            return bad(self, ty.span());
+        }
+        let syn::PathArguments::AngleBracketed(args) = &seg.arguments else { return bad(self, ty.span()) };
+        if args.args.len() != 2 {
+            return bad(self, args.span());
+        }
+        let dtype = match &args.args[0] {
+            syn::GenericArgument::Type(syn::Type::Path(p)) => {
+                p.path.get_ident().and_then(|i| DType::parse(&i.to_string()))
+            }
+            _ => None,
+        };
+        let Some(dtype) = dtype else {
+            self.diags.push(Diag::new(args.args[0].span(), "unknown dtype: expected f32, f16 or bf16"));
+            return None;
+        };
+        let shape_expr = match &args.args[1] {
+            syn::GenericArgument::Const(Expr::Block(b)) if b.block.stmts.len() == 1 => match &b.block.stmts[0] {
+                Stmt::Expr(Expr::Array(a), None) => Some(a.clone()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(arr) = shape_expr else {
+            self.diags.push(
+                Diag::new(args.args[1].span(), "expected a shape like `{[S, D]}`")
+                    .help("rustc needs the braces: `[S, D]` alone is not a type"),
+            );
+            return None;
+        };
+        let mut shape = Vec::new();
+        let mut ok = true;
+        for e in &arr.elems {
+            match self.dim(e, allow_new) {
+                Some(d) => shape.push(d),
+                None => ok = false,
+            }
+        }
+        ok.then_some((dtype, shape))
+    }
+
+    fn push(&mut self, op: Op, inputs: Vec<NodeId>, dtype: DType, shape: Shape, span: Span) -> NodeId {
+        let id = NodeId(self.nodes.len() as u32);
+        self.nodes.push(Node { op, inputs, dtype, shape, name: self.cur_name.clone(), line: line_of(span) });
+        id
+    }
+
+    fn ty(&self, id: NodeId) -> (&Shape, DType) {
+        let n = &self.nodes[id.idx()];
+        (&n.shape, n.dtype)
+    }
+
+    /// Emit `op` after inference; an error is spanned on the operand at fault.
+    fn emit(&mut self, op: Op, inputs: Vec<NodeId>, spans: &[Span], whole: Span, target: Option<(DType, &Shape)>) -> Option<NodeId> {
+        let ins: Vec<(&Shape, DType)> = inputs.iter().map(|i| self.ty(*i)).collect();
+        match ir::infer(&op, &ins, target) {
+            Ok((s, d)) => Some(self.push(op, inputs, d, s, whole)),
+            Err(e) => {
+                let span = e.operand.and_then(|i| spans.get(i).copied()).unwrap_or(whole);
+                let mut d = Diag::new(span, e.msg);
+                d.help = e.help;
+                self.diags.push(d);
+                None
+            }
+        }
+    }
+
+    fn const_node(&mut self, v: f64, dtype: DType, span: Span) -> NodeId {
+        let key = v.to_bits() ^ ((dtype as u64) << 60);
+        if let Some(id) = self.consts.get(&key) {
+            return *id;
+        }
+        let id = self.push(Op::Const { value: v }, vec![], dtype, vec![], span);
+        self.nodes[id.idx()].name = format!("{v:?}");
+        self.consts.insert(key, id);
+        id
+    }
+
+    fn tensor(&mut self, v: Val, span: Span, what: &str) -> Option<NodeId> {
+        match v {
+            Val::T(id) => Some(id),
+            Val::Scalar(_) => {
+                self.diags.push(Diag::new(span, format!("{what} must be a tensor, found a scalar")));
+                None
+            }
+            Val::Tuple(_) => {
+                self.diags.push(
+                    Diag::new(span, format!("{what} must be a tensor, found a tuple"))
+                        .help("destructure it first: `let (a, b) = split(x, 2, -1);`"),
+                );
+                None
+            }
+        }
+    }
+
+    fn scalar(&mut self, e: &Expr, what: &str) -> Option<f64> {
+        match self.expr(e)? {
+            Val::Scalar(v) => Some(v),
+            _ => {
+                self.diags.push(Diag::new(e.span(), format!("{what} must be a constant scalar")));
+                None
+            }
+        }
+    }
+
+    fn axis(&mut self, e: &Expr, rank: usize) -> Option<usize> {
+        let v = match e {
+            Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok(),
+            Expr::Unary(syn::ExprUnary { op: syn::UnOp::Neg(_), expr, .. }) => match &**expr {
+                Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok().map(|v| -v),
+                _ => None,
+            },
+            _ => None,
+        };
+        match v {
+            Some(v) if v >= -(rank as i64) && v < rank as i64 => Some(if v < 0 { (v + rank as i64) as usize } else { v as usize }),
+            Some(v) => {
+                self.diags.push(Diag::new(e.span(), format!("axis {v} is out of range for a tensor of rank {rank}")));
+                None
+            }
+            None => {
+                self.diags.push(Diag::new(e.span(), "expected an integer axis (negative counts from the end)"));
+                None
+            }
+        }
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: Val, b: Val, sa: Span, sb: Span, whole: Span) -> Option<Val> {
+        match (a, b) {
+            (Val::Scalar(x), Val::Scalar(y)) => Some(Val::Scalar(op.eval(x, y))),
+            (a, b) => {
+                let dtype = match (&a, &b) {
+                    (Val::T(i), _) | (_, Val::T(i)) => self.nodes[i.idx()].dtype,
+                    _ => DType::F32,
+                };
+                let ta = match a {
+                    Val::Scalar(x) => self.const_node(x, dtype, sa),
+                    v => self.tensor(v, sa, "an operand")?,
+                };
+                let tb = match b {
+                    Val::Scalar(x) => self.const_node(x, dtype, sb),
+                    v => self.tensor(v, sb, "an operand")?,
+                };
+                self.emit(Op::Binary(op), vec![ta, tb], &[sa, sb], whole, None).map(Val::T)
+            }
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> Option<Val> {
+        match e {
+            Expr::Lit(syn::ExprLit { lit: syn::Lit::Float(f), .. }) => f.base10_parse::<f64>().ok().map(Val::Scalar),
+            Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<f64>().ok().map(Val::Scalar),
+            Expr::Paren(p) => self.expr(&p.expr),
+            Expr::Path(p) if p.path.get_ident().is_some() => {
+                let n = p.path.get_ident().unwrap().to_string();
+                if let Some(v) = self.env.get(&n) {
+                    return Some(v.clone());
+                }
+                if let Some(v) = self.static_dim(&n) {
+                    return Some(Val::Scalar(v as f64));
+                }
+                let mut d = Diag::new(p.span(), format!("unknown variable `{n}`"));
+                if let Some(close) = self.env.keys().filter(|k| edit1(k, &n)).min() {
+                    d = d.help(format!("a variable with a similar name exists: `{close}`"));
+                }
+                self.diags.push(d);
+                None
+            }
+            Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => match self.expr(&u.expr)? {
+                Val::Scalar(v) => Some(Val::Scalar(-v)),
+                v => {
+                    let t = self.tensor(v, u.expr.span(), "the operand of `-`")?;
+                    self.emit(Op::Unary(UnaryOp::Neg), vec![t], &[u.expr.span()], e.span(), None).map(Val::T)
+                }
+            },
+            Expr::Binary(b) => {
+                let op = match b.op {
+                    syn::BinOp::Add(_) => BinaryOp::Add,
+                    syn::BinOp::Sub(_) => BinaryOp::Sub,
+                    syn::BinOp::Mul(_) => BinaryOp::Mul,
+                    syn::BinOp::Div(_) => BinaryOp::Div,
+                    _ => {
+                        self.diags.push(
+                            Diag::new(b.op.span(), format!("unsupported operator `{}`", quote::quote!(#b.op).to_string().trim()))
+                                .help("tensor expressions use + - * / and function calls"),
+                        );
+                        return None;
+                    }
+                };
+                let l = self.expr(&b.left);
+                let r = self.expr(&b.right);
+                self.binary(op, l?, r?, b.left.span(), b.right.span(), e.span())
+            }
+            Expr::Call(c) => self.call(c),
+            Expr::Tuple(t) => {
+                let mut ids = Vec::new();
+                for el in &t.elems {
+                    let v = self.expr(el)?;
+                    ids.push(self.tensor(v, el.span(), "a tuple element")?);
+                }
+                Some(Val::Tuple(ids))
+            }
+            Expr::MethodCall(m) => {
+                self.diags.push(
+                    Diag::new(m.method.span(), format!("method calls are not supported: `.{}()`", m.method))
+                        .help(format!("call the op as a function: `{}(x, ...)`", m.method)),
+                );
+                None
+            }
+            _ => {
+                self.diags.push(
+                    Diag::new(e.span(), format!("unsupported expression `{}`", short(&quote::quote!(#e).to_string())))
+                        .help("a graph body uses variables, literals, + - * / and op calls"),
+                );
+                None
+            }
+        }
+    }
+
+    fn call(&mut self, c: &syn::ExprCall) -> Option<Val> {
+        let Expr::Path(fp) = &*c.func else {
+            self.diags.push(Diag::new(c.func.span(), "expected an op name"));
+            return None;
+        };
+        let Some(ident) = fp.path.get_ident() else {
+            self.diags.push(Diag::new(fp.span(), "expected an op name, not a path"));
+            return None;
+        };
+        let name = ident.to_string();
+        let args: Vec<&Expr> = c.args.iter().collect();
+        let whole = c.span();
+        let arity = |this: &mut Self, want: &str, ok: bool| -> bool {
+            if !ok {
+                this.diags.push(
+                    Diag::new(c.paren_token.span.join(), format!("`{name}` takes {want}, {} given", args.len()))
+                        .help(format!("usage: {}", usage(&name))),
+                );
+            }
+            ok
+        };
+        // Lower tensor arguments once, reporting every argument error.
+        let tensors = |this: &mut Self, idx: &[usize]| -> Option<Vec<NodeId>> {
+            let mut out = Vec::new();
+            let mut ok = true;
+            for &i in idx {
+                match this.expr(args[i]).and_then(|v| this.tensor(v, args[i].span(), &format!("argument {} of `{name}`", i + 1))) {
+                    Some(t) => out.push(t),
+                    None => ok = false,
+                }
+            }
+            ok.then_some(out)
+        };
+        let spans: Vec<Span> = args.iter().map(|a| a.span()).collect();
+        if let Some(u) = UnaryOp::ALL.iter().find(|u| u.name() == name) {
+            if !arity(self, "1 argument", args.len() == 1) {
+                return None;
+            }
+            return match self.expr(args[0])? {
+                Val::Scalar(v) => Some(Val::Scalar(u.eval(v))),
+                v => {
+                    let t = self.tensor(v, spans[0], "the operand")?;
+                    self.emit(Op::Unary(*u), vec![t], &spans, whole, None).map(Val::T)
+                }
+            };
+        }
+        match name.as_str() {
+            "pow" | "min" | "max" if args.len() == 2 && !(name == "max" && is_int_lit(args[1])) => {
+                let op = match name.as_str() {
+                    "pow" => BinaryOp::Pow,
+                    "min" => BinaryOp::Min,
+                    _ => BinaryOp::Max,
+                };
+                let a = self.expr(args[0]);
+                let b = self.expr(args[1]);
+                self.binary(op, a?, b?, spans[0], spans[1], whole)
+            }
+            "pow" | "min" => {
+                arity(self, "2 arguments", false);
+                None
+            }
+            "sum" | "mean" | "max" | "softmax" => {
+                if !arity(self, "2 arguments (tensor, axis)", args.len() == 2) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let axis = self.axis(args[1], self.ty(t).0.len())?;
+                let op = match name.as_str() {
+                    "sum" => Op::Reduce { kind: ReduceKind::Sum, axis },
+                    "mean" => Op::Reduce { kind: ReduceKind::Mean, axis },
+                    "max" => Op::Reduce { kind: ReduceKind::Max, axis },
+                    _ => Op::Softmax { axis },
+                };
+                self.emit(op, vec![t], &spans, whole, None).map(Val::T)
+            }
+            "matmul" => {
+                if !arity(self, "2 arguments", args.len() == 2) {
+                    return None;
+                }
+                let ts = tensors(self, &[0, 1])?;
+                self.emit(Op::MatMul, ts, &spans, whole, None).map(Val::T)
+            }
+            "linear" => {
+                if !arity(self, "3 arguments (x, w, b)", args.len() == 3) {
+                    return None;
+                }
+                let ts = tensors(self, &[0, 1, 2])?;
+                self.emit(Op::Linear, ts, &spans, whole, None).map(Val::T)
+            }
+            "layer_norm" | "rms_norm" => {
+                let n = if name == "layer_norm" { 4 } else { 3 };
+                if !arity(self, if n == 4 { "4 arguments (x, gamma, beta, eps)" } else { "3 arguments (x, gamma, eps)" }, args.len() == n) {
+                    return None;
+                }
+                let ts = tensors(self, &(0..n - 1).collect::<Vec<_>>());
+                let eps = self.scalar(args[n - 1], "eps");
+                let (ts, eps) = (ts?, eps?);
+                let op = if n == 4 { Op::LayerNorm { eps } } else { Op::RmsNorm { eps } };
+                self.emit(op, ts, &spans, whole, None).map(Val::T)
+            }
+            "cast" => {
+                if !arity(self, "2 arguments (x, dtype)", args.len() == 2) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let d = match args[1] {
+                    Expr::Path(p) => p.path.get_ident().and_then(|i| DType::parse(&i.to_string())),
+                    _ => None,
+                };
+                let Some(d) = d else {
+                    self.diags.push(Diag::new(spans[1], "expected a dtype: f32, f16 or bf16"));
+                    return None;
+                };
+                let s = self.ty(t).0.clone();
+                self.emit(Op::Cast, vec![t], &spans, whole, Some((d, &s))).map(Val::T)
+            }
+            "causal_mask" => {
+                if !arity(self, "1 argument", args.len() == 1) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?;
+                self.emit(Op::CausalMask, t, &spans, whole, None).map(Val::T)
+            }
+            "reshape" => {
+                if !arity(self, "2 arguments (x, [dims])", args.len() == 2) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let Expr::Array(arr) = args[1] else {
+                    self.diags.push(Diag::new(spans[1], "expected a list of dims like `[S, H, D / H]`"));
+                    return None;
+                };
+                let mut shape = Vec::new();
+                for el in &arr.elems {
+                    shape.push(self.dim(el, false)?);
+                }
+                let d = self.ty(t).1;
+                self.emit(Op::Reshape, vec![t], &spans, whole, Some((d, &shape))).map(Val::T)
+            }
+            "transpose" => {
+                if !arity(self, "3 arguments (x, axis_a, axis_b)", args.len() == 3) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let r = self.ty(t).0.len();
+                let a = self.axis(args[1], r);
+                let b = self.axis(args[2], r);
+                let (a, b) = (a?, b?);
+                let mut perm: Vec<usize> = (0..r).collect();
+                perm.swap(a, b);
+                self.emit(Op::Transpose { perm }, vec![t], &spans, whole, None).map(Val::T)
+            }
+            "slice" => {
+                if !arity(self, "4 arguments (x, axis, start, end)", args.len() == 4) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let axis = self.axis(args[1], self.ty(t).0.len())?;
+                let start = self.dim(args[2], false)?;
+                let end = self.dim(args[3], false)?;
+                let extent = self.ty(t).0[axis].clone();
+                if let (Some(s), Some(e), Some(x)) = (start.as_const(), end.as_const(), extent.as_const()) {
+                    if !(s <= e && e <= x) {
+                        self.diags.push(Diag::new(args[2].span().join(args[3].span()).unwrap_or(whole), format!("slice [{s}, {e}) is out of bounds for an axis of extent {x}")));
+                        return None;
+                    }
+                }
+                self.emit(Op::Slice { axis, start, end }, vec![t], &spans, whole, None).map(Val::T)
+            }
+            "split" => {
+                if !arity(self, "3 arguments (x, parts, axis)", args.len() == 3) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let n = match args[1] {
+                    Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok().filter(|v| *v > 0),
+                    _ => None,
+                };
+                let Some(n) = n else {
+                    self.diags.push(Diag::new(spans[1], "expected a positive integer number of parts"));
+                    return None;
+                };
+                let axis = self.axis(args[2], self.ty(t).0.len())?;
+                let ext = self.ty(t).0[axis].clone();
+                let part = ext.div_const(n).unwrap();
+                if ext.as_const().is_some_and(|x| x % n != 0) {
+                    self.diags.push(Diag::new(spans[1], format!("axis of extent {ext} does not split into {n} equal parts")));
+                    return None;
+                }
+                let mut outs = Vec::new();
+                for i in 0..n {
+                    let start = part.mul(&DimExpr::constant(i));
+                    let end = part.mul(&DimExpr::constant(i + 1));
+                    outs.push(self.emit(Op::Slice { axis, start, end }, vec![t], &spans, whole, None)?);
+                }
+                Some(Val::Tuple(outs))
+            }
+            "concat" => {
+                if !arity(self, "2 arguments ([a, b, ...], axis)", args.len() == 2) {
+                    return None;
+                }
+                let Expr::Array(arr) = args[0] else {
+                    self.diags.push(Diag::new(spans[0], "expected a list of tensors like `[a, b]`"));
+                    return None;
+                };
+                let mut ts = Vec::new();
+                let mut sp = Vec::new();
+                for el in &arr.elems {
+                    let v = self.expr(el)?;
+                    ts.push(self.tensor(v, el.span(), "a concat operand")?);
+                    sp.push(el.span());
+                }
+                if ts.is_empty() {
+                    self.diags.push(Diag::new(spans[0], "concat needs at least one tensor"));
+                    return None;
+                }
+                let axis = self.axis(args[1], self.ty(ts[0]).0.len())?;
+                self.emit(Op::Concat { axis }, ts, &sp, whole, None).map(Val::T)
+            }
+            "split_heads" => {
+                if !arity(self, "2 arguments (x, heads)", args.len() == 2) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let h = self.dim(args[1], false)?;
+                let (s, d) = (self.ty(t).0.clone(), self.ty(t).1);
+                if s.len() < 2 {
+                    self.diags.push(Diag::new(spans[0], format!("split_heads needs rank >= 2, got {}", shape_str(&s))));
+                    return None;
+                }
+                let r = s.len();
+                let Some(dh) = s[r - 1].div(&h).filter(|q| q.mul(&h) == s[r - 1] && s[r - 1].as_const().zip(h.as_const()).is_none_or(|(a, b)| a % b == 0)) else {
+                    self.diags.push(Diag::new(spans[1], format!("{} heads do not divide the last axis of {}", h, shape_str(&s))));
+                    return None;
+                };
+                let mut to = s[..r - 1].to_vec();
+                to.push(h);
+                to.push(dh);
+                let x = self.emit(Op::Reshape, vec![t], &spans, whole, Some((d, &to)))?;
+                let mut perm: Vec<usize> = (0..r + 1).collect();
+                perm.swap(r - 2, r - 1);
+                self.emit(Op::Transpose { perm }, vec![x], &spans, whole, None).map(Val::T)
+            }
+            "merge_heads" => {
+                if !arity(self, "1 argument", args.len() == 1) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let (s, d) = (self.ty(t).0.clone(), self.ty(t).1);
+                let r = s.len();
+                if r < 3 {
+                    self.diags.push(Diag::new(spans[0], format!("merge_heads needs rank >= 3 ([.., H, S, Dh]), got {}", shape_str(&s))));
+                    return None;
+                }
+                let mut perm: Vec<usize> = (0..r).collect();
+                perm.swap(r - 3, r - 2);
+                let x = self.emit(Op::Transpose { perm }, vec![t], &spans, whole, None)?;
+                let mut to = s[..r - 3].to_vec();
+                to.push(s[r - 2].clone());
+                to.push(s[r - 3].mul(&s[r - 1]));
+                self.emit(Op::Reshape, vec![x], &spans, whole, Some((d, &to))).map(Val::T)
+            }
+            "attention" => {
+                if !arity(self, "5 arguments (q, k, v, scale, causal | mask)", args.len() == 5 || args.len() == 4) {
+                    return None;
+                }
+                let ts = tensors(self, &[0, 1, 2]);
+                let scale = self.scalar(args[3], "the attention scale");
+                let mut ts = ts?;
+                let scale = scale?;
+                let (causal, mask) = match args.get(4) {
+                    None => (false, false),
+                    Some(Expr::Path(p)) if p.path.is_ident("causal") => (true, false),
+                    Some(m) => {
+                        let v = self.expr(m)?;
+                        ts.push(self.tensor(v, m.span(), "the attention mask")?);
+                        (false, true)
+                    }
+                };
+                self.emit(Op::Attention { scale, causal, mask }, ts, &spans, whole, None).map(Val::T)
+            }
+            "rope" => {
+                if !arity(self, "3 arguments (x, cos, sin)", args.len() == 3) {
+                    return None;
+                }
+                let ts = tensors(self, &[0, 1, 2])?;
+                self.emit(Op::Rope, ts, &spans, whole, None).map(Val::T)
+            }
+            _ => {
+                let mut d = Diag::new(ident.span(), format!("unknown op `{name}`"));
+                if let Some(k) = KNOWN_OPS.iter().find(|k| edit1(k, &name)) {
+                    d = d.help(format!("did you mean `{k}`?"));
+                } else {
+                    d = d.help("see the op table in the autofusion docs: matmul, linear, layer_norm, softmax, silu, ...");
+                }
+                self.diags.push(d);
+                // Still lower the arguments, to report their errors too.
+                for a in &args {
+                    let _ = self.expr(a);
+                }
+                None
+            }
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        match s {
+            Stmt::Local(l) => {
+                let Some(init) = &l.init else {
+                    self.diags.push(Diag::new(l.span(), "a `let` in a graph needs a value"));
+                    return;
+                };
+                if let Some((_, div)) = &init.diverge {
+                    self.diags.push(Diag::new(div.span(), "`let ... else` is not supported in a graph"));
+                    return;
+                }
+                match &l.pat {
+                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() => {
+                        self.cur_name = pi.ident.to_string();
+                        let v = self.expr(&init.expr);
+                        self.name_last(&pi.ident.to_string());
+                        if let Some(v) = v {
+                            self.env.insert(pi.ident.to_string(), v);
+                        }
+                    }
+                    Pat::Tuple(pt) => {
+                        let names: Option<Vec<_>> = pt
+                            .elems
+                            .iter()
+                            .map(|p| match p {
+                                Pat::Ident(pi) if pi.mutability.is_none() => Some(pi.ident.clone()),
+                                _ => None,
+                            })
+                            .collect();
+                        let Some(names) = names else {
+                            self.diags.push(Diag::new(pt.span(), "expected a tuple of names like `(q, k, v)`"));
+                            return;
+                        };
+                        self.cur_name = names.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("_");
+                        match self.expr(&init.expr) {
+                            Some(Val::Tuple(ids)) if ids.len() == names.len() => {
+                                for (n, id) in names.iter().zip(ids) {
+                                    self.nodes[id.idx()].name = n.to_string();
+                                    self.env.insert(n.to_string(), Val::T(id));
+                                }
+                            }
+                            Some(Val::Tuple(ids)) => self.diags.push(Diag::new(
+                                pt.span(),
+                                format!("the pattern binds {} names but the value has {} parts", names.len(), ids.len()),
+                            )),
+                            Some(_) => self.diags.push(Diag::new(init.expr.span(), "expected a tuple value (from `split`)")),
+                            None => {}
+                        }
+                    }
+                    p => self.diags.push(
+                        Diag::new(p.span(), "unsupported pattern: a graph binds `let name = ...` or `let (a, b) = ...`"),
+                    ),
+                }
+            }
+            Stmt::Expr(e, _) => {
+                let what = match e {
+                    Expr::ForLoop(_) | Expr::While(_) | Expr::Loop(_) => "loops are",
+                    Expr::If(_) | Expr::Match(_) => "control flow is",
+                    Expr::Assign(_) => "assignment is",
+                    _ => "statements other than `let` are",
+                };
+                self.diags.push(
+                    Diag::new(e.span(), format!("unsupported statement: {what} not allowed in a fused graph"))
+                        .help("a graph body is a sequence of `let` bindings and a tail expression"),
+                );
+            }
+            Stmt::Macro(m) => self.diags.push(
+                Diag::new(m.span(), "unsupported statement: macros are not allowed in a fused graph")
+                    .help("a graph body is a sequence of `let` bindings and a tail expression"),
+            ),
+            Stmt::Item(i) => self.diags.push(Diag::new(i.span(), "unsupported statement: items are not allowed in a fused graph")),
+        }
+    }
+
+    /// The last node created by a `let` takes the binding's name; intermediate ones keep it as a prefix.
+    fn name_last(&mut self, name: &str) {
+        if let Some(n) = self.nodes.last_mut() {
+            if n.name == name && !matches!(n.op, Op::Const { .. } | Op::Param { .. }) {
+                n.name = name.to_string();
+            }
+        }
+    }
+}
+
+fn is_int_lit(e: &Expr) -> bool {
+    match e {
+        Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(_), .. }) => true,
+        Expr::Unary(u) => matches!(&*u.expr, Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(_), .. })),
+        _ => false,
+    }
+}
+
+fn short(s: &str) -> String {
+    if s.len() > 40 {
+        format!("{}...", &s[..s.char_indices().nth(37).map(|(i, _)| i).unwrap_or(s.len())])
+    } else {
+        s.to_string()
+    }
+}
+
+/// One edit apart (substitution, insertion or deletion): for "did you mean" hints.
+fn edit1(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    if a == b {
+        return false;
+    }
+    let (s, l) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
+    if l.len() - s.len() > 1 {
+        return false;
+    }
+    let p = s.iter().zip(l.iter()).take_while(|(x, y)| x == y).count();
+    if s.len() == l.len() {
+        s[p + 1..] == l[p + 1..]
+    } else {
+        s[p..] == l[p + 1..]
+    }
+}
+
+pub const KNOWN_OPS: &[&str] = &[
+    "matmul", "linear", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu",
+    "pow", "max", "min", "cast", "sum", "mean", "softmax", "layer_norm", "rms_norm", "reshape", "transpose", "split",
+    "concat", "slice", "split_heads", "merge_heads", "attention", "rope", "causal_mask",
+];
+
+fn usage(op: &str) -> &'static str {
+    match op {
+        "matmul" => "matmul(a, b)",
+        "linear" => "linear(x, w, b)",
+        "layer_norm" => "layer_norm(x, gamma, beta, eps)",
+        "rms_norm" => "rms_norm(x, gamma, eps)",
+        "sum" | "mean" | "max" => "sum(x, axis), mean(x, axis), max(x, axis) or max(a, b)",
+        "softmax" => "softmax(x, axis)",
+        "pow" | "min" => "pow(a, b), min(a, b)",
+        "cast" => "cast(x, f16)",
+        "reshape" => "reshape(x, [S, H, D / H])",
+        "transpose" => "transpose(x, -2, -1)",
+        "slice" => "slice(x, axis, start, end)",
+        "split" => "let (a, b) = split(x, 2, -1)",
+        "concat" => "concat([a, b], axis)",
+        "split_heads" => "split_heads(x, H)",
+        "merge_heads" => "merge_heads(x)",
+        "attention" => "attention(q, k, v, scale, causal) or attention(q, k, v, scale, mask)",
+        "rope" => "rope(x, cos, sin)",
+        _ => "op(x)",
+    }
+}
+
+/// Lower one `#[fused_graph]` function.
+pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
+    let mut lw = Lower {
+        opts: &opts,
+        nodes: Vec::new(),
+        env: HashMap::new(),
+        diags: Diags::default(),
+        dyn_dims: Vec::new(),
+        consts: BTreeMap::new(),
+        cur_name: String::new(),
+    };
+    if let Some(a) = &f.sig.asyncness {
+        lw.diags.push(Diag::new(a.span(), "a fused graph cannot be `async`"));
+    }
+    if !f.sig.generics.params.is_empty() {
+        lw.diags.push(Diag::new(f.sig.generics.span(), "a fused graph cannot be generic; dynamic dims are free names in shapes"));
+    }
+    let mut params = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for (i, arg) in f.sig.inputs.iter().enumerate() {
+        let syn::FnArg::Typed(pt) = arg else {
+            lw.diags.push(Diag::new(arg.span(), "a fused graph takes no `self`"));
+            continue;
+        };
+        let Pat::Ident(pi) = &*pt.pat else {
+            lw.diags.push(Diag::new(pt.pat.span(), "expected a parameter name"));
+            continue;
+        };
+        let name = pi.ident.to_string();
+        if names.contains(&name) {
+            lw.diags.push(Diag::new(pi.ident.span(), format!("duplicate parameter `{name}`")).help("each parameter needs its own name"));
+            continue;
+        }
+        names.push(name.clone());
+        if let Some((dtype, shape)) = lw.tensor_type(&pt.ty, true) {
+            lw.cur_name = name.clone();
+            let id = lw.push(Op::Param { index: i }, vec![], dtype, shape.clone(), pi.ident.span());
+            lw.env.insert(name.clone(), Val::T(id));
+            params.push((name, dtype, shape));
+        }
+    }
+    // Dims that are not a whole axis of some parameter cannot be bound at run time.
+    let bindable: Vec<String> =
+        params.iter().flat_map(|(_, _, s)| s.iter().filter_map(|d| d.as_sym().map(str::to_string))).collect();
+    for (name, _, s) in &params {
+        for d in s {
+            for sym in d.symbols() {
+                if !bindable.contains(&sym) {
+                    lw.diags.push(
+                        Diag::new(f.sig.span(), format!("dynamic dim `{sym}` of parameter `{name}` is never a whole axis, so it cannot be bound at run time"))
+                            .help(format!("bind it in `dims({sym} = ...)` or give some parameter an axis of exactly `{sym}`")),
+                    );
+                }
+            }
+        }
+    }
+    // Index the param nodes by signature position (skipped params shift nothing).
+    let n_sig = f.sig.inputs.len();
+    let param_diag_free = lw.diags.is_empty();
+    let mut outputs = Vec::new();
+    let mut tuple_return = false;
+    let mut declared: Vec<(DType, Shape, Span)> = Vec::new();
+    match &f.sig.output {
+        syn::ReturnType::Default => lw.diags.push(Diag::new(f.sig.span(), "a fused graph must return a tensor or a tuple of tensors")),
+        syn::ReturnType::Type(_, ty) => {
+            let tys: Vec<&syn::Type> = match &**ty {
+                syn::Type::Tuple(t) => {
+                    tuple_return = true;
+                    t.elems.iter().collect()
+                }
+                t => vec![t],
+            };
+            for t in tys {
+                let before = lw.dyn_dims.clone();
+                if let Some((d, s)) = lw.tensor_type(t, true) {
+                    let new: Vec<String> = lw.dyn_dims.iter().filter(|x| !before.contains(x)).cloned().collect();
+                    let unbound: Vec<String> = s.iter().flat_map(|d| d.symbols()).filter(|x| !bindable.contains(x)).collect();
+                    lw.dyn_dims = before;
+                    if !unbound.is_empty() || !new.is_empty() {
+                        let mut u = unbound;
+                        u.extend(new);
+                        u.sort();
+                        u.dedup();
+                        lw.diags.push(
+                            Diag::new(t.span(), format!("output dim `{}` cannot be derived from the inputs", u.join("`, `")))
+                                .help("every dim of an output must be static (in `dims(...)`) or appear as an axis of a parameter"),
+                        );
+                    } else {
+                        declared.push((d, s, t.span()));
+                    }
+                }
+            }
+        }
+    }
+    let stmts = &f.block.stmts;
+    let (body, tail) = match stmts.last() {
+        Some(Stmt::Expr(e, None)) => (&stmts[..stmts.len() - 1], Some(e)),
+        _ => (&stmts[..], None),
+    };
+    for s in body {
+        lw.stmt(s);
+    }
+    match tail {
+        None => lw.diags.push(Diag::new(f.block.span(), "a fused graph ends with the expression it returns")),
+        Some(e) => {
+            lw.cur_name = "out".into();
+            let vals = match lw.expr(e) {
+                Some(Val::T(id)) => Some(vec![id]),
+                Some(Val::Tuple(ids)) => Some(ids),
+                Some(Val::Scalar(_)) => {
+                    lw.diags.push(Diag::new(e.span(), "a graph must return tensors, not a scalar"));
+                    None
+                }
+                None => None,
+            };
+            if let Some(ids) = vals {
+                let elems: Vec<Span> = match e {
+                    Expr::Tuple(t) => t.elems.iter().map(|x| x.span()).collect(),
+                    _ => vec![e.span(); ids.len()],
+                };
+                if declared.len() == ids.len() {
+                    for (k, id) in ids.iter().enumerate() {
+                        let (d, s, span) = &declared[k];
+                        let n = &lw.nodes[id.idx()];
+                        if n.shape.len() != s.len() {
+                            lw.diags.push(
+                                Diag::new(elems[k], format!("rank mismatch: the graph returns {}{} but the signature declares {}{}", n.dtype, shape_str(&n.shape), d, shape_str(s)))
+                                    .help(format!("declared at line {}", span.start().line)),
+                            );
+                        } else if n.shape != *s {
+                            lw.diags.push(Diag::new(
+                                elems[k],
+                                format!("shape mismatch: the graph returns {} but the signature declares {}", shape_str(&n.shape), shape_str(s)),
+                            ));
+                        } else if n.dtype != *d {
+                            lw.diags.push(
+                                Diag::new(elems[k], format!("dtype mismatch: the graph returns {} but the signature declares {d}", n.dtype))
+                                    .help(format!("insert `cast(x, {d})`")),
+                            );
+                        }
+                    }
+                } else if lw.diags.is_empty() {
+                    lw.diags.push(Diag::new(
+                        e.span(),
+                        format!("the graph returns {} tensors but the signature declares {}", ids.len(), declared.len()),
+                    ));
+                }
+                outputs = ids;
+            }
+        }
+    }
+    if !lw.diags.is_empty() {
+        return Err(lw.diags);
+    }
+    debug_assert!(param_diag_free && params.len() == n_sig);
+    let outs_sig = outputs.iter().map(|o| (lw.nodes[o.idx()].dtype, lw.nodes[o.idx()].shape.clone())).collect();
+    let graph = Graph {
+        name: f.sig.ident.to_string(),
+        params: params.iter().map(|p| p.0.clone()).collect(),
+        nodes: lw.nodes,
+        outputs,
+        dyn_dims: lw.dyn_dims,
+        static_dims: opts.dims.clone(),
+    };
+    Ok(Lowered { graph, sig: Signature { params, outputs: outs_sig, tuple_return }, options: opts })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn edit_distance_one() {
+        assert!(super::edit1("matmul", "matmu"));
+        assert!(super::edit1("softmax", "sofmax"));
+        assert!(super::edit1("silu", "silv"));
+        assert!(!super::edit1("silu", "gelu_tanh"));
+    }
+}

@@ -1,0 +1,686 @@
+//! The graph IR: typed values with dim-expression shapes, one value per node, topological order.
+
+use crate::dim::{shape_str, DimExpr, Shape};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Element types of tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+}
+
+impl DType {
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+        }
+    }
+    pub fn parse(s: &str) -> Option<DType> {
+        match s {
+            "f32" => Some(DType::F32),
+            "f16" => Some(DType::F16),
+            "bf16" => Some(DType::BF16),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A node (and the value it defines). `Display` matches the IR dump: `%7`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnaryOp {
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Gelu,
+    GeluTanh,
+    Silu,
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 11] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::Silu => "silu",
+        }
+    }
+    /// Scalar semantics in f64 (constant folding; the reference interpreter has its own f32 path).
+    pub fn eval(self, x: f64) -> f64 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Exp => x.exp(),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+            UnaryOp::Tanh => x.tanh(),
+            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+            UnaryOp::Relu => x.max(0.0),
+            UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+            UnaryOp::GeluTanh => {
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+            }
+            UnaryOp::Silu => x / (1.0 + (-x).exp()),
+        }
+    }
+}
+
+/// erf with |error| < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit), enough for folding.
+fn erf(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t * (-z * z - 1.26551223
+        + t * (1.00002368
+            + t * (0.37409196
+                + t * (0.09678418
+                    + t * (-0.18628806
+                        + t * (0.27886807
+                            + t * (-1.13520398
+                                + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+        .exp();
+    if x >= 0.0 {
+        1.0 - r
+    } else {
+        r - 1.0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+}
+
+impl BinaryOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Max => "max",
+            BinaryOp::Min => "min",
+        }
+    }
+    pub fn eval(self, a: f64, b: f64) -> f64 {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+            BinaryOp::Pow => a.powf(b),
+            BinaryOp::Max => a.max(b),
+            BinaryOp::Min => a.min(b),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReduceKind {
+    Sum,
+    Mean,
+    Max,
+}
+
+impl ReduceKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "sum",
+            ReduceKind::Mean => "mean",
+            ReduceKind::Max => "max",
+        }
+    }
+}
+
+/// Operations. The first block is what the planner and code generators see; the sugar block is
+/// produced by the front end and expanded by `canon`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// Graph input number `index`.
+    Param { index: usize },
+    /// A scalar constant (shape `[]`), broadcast by its users.
+    Const { value: f64 },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Cast,
+    /// Reduction over `axis`, keeping it with extent 1.
+    Reduce { kind: ReduceKind, axis: usize },
+    /// Batched matrix product over the last two axes; batch axes broadcast.
+    MatMul,
+    /// Same elements, new shape (a view of a contiguous input).
+    Reshape,
+    /// Axis permutation (a view): output axis i is input axis `perm[i]`.
+    Transpose { perm: Vec<usize> },
+    /// `[start, end)` along `axis` (a view).
+    Slice { axis: usize, start: DimExpr, end: DimExpr },
+    Concat { axis: usize },
+    /// Materialise a view into a contiguous tensor.
+    Copy,
+    /// `-inf` where the column index exceeds the row index (last two axes).
+    CausalMask,
+    // ---- sugar, expanded by canon ----
+    LayerNorm { eps: f64 },
+    RmsNorm { eps: f64 },
+    Softmax { axis: usize },
+    Linear,
+    Attention { scale: f64, causal: bool, mask: bool },
+    Rope,
+}
+
+impl Op {
+    pub fn name(&self) -> String {
+        match self {
+            Op::Param { .. } => "param".into(),
+            Op::Const { .. } => "const".into(),
+            Op::Unary(u) => u.name().into(),
+            Op::Binary(b) => b.name().into(),
+            Op::Cast => "cast".into(),
+            Op::Reduce { kind, .. } => format!("reduce_{}", kind.name()),
+            Op::MatMul => "matmul".into(),
+            Op::Reshape => "reshape".into(),
+            Op::Transpose { .. } => "transpose".into(),
+            Op::Slice { .. } => "slice".into(),
+            Op::Concat { .. } => "concat".into(),
+            Op::Copy => "copy".into(),
+            Op::CausalMask => "causal_mask".into(),
+            Op::LayerNorm { .. } => "layer_norm".into(),
+            Op::RmsNorm { .. } => "rms_norm".into(),
+            Op::Softmax { .. } => "softmax".into(),
+            Op::Linear => "linear".into(),
+            Op::Attention { .. } => "attention".into(),
+            Op::Rope => "rope".into(),
+        }
+    }
+    pub fn is_sugar(&self) -> bool {
+        matches!(
+            self,
+            Op::LayerNorm { .. }
+                | Op::RmsNorm { .. }
+                | Op::Softmax { .. }
+                | Op::Linear
+                | Op::Attention { .. }
+                | Op::Rope
+        )
+    }
+    /// Elementwise in the planner's sense: output element i depends on input elements at i
+    /// (after broadcasting). `CausalMask` also reads its own indices.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Cast | Op::Copy | Op::CausalMask)
+    }
+    pub fn is_view(&self) -> bool {
+        matches!(self, Op::Reshape | Op::Transpose { .. } | Op::Slice { .. })
+    }
+    fn attrs(&self) -> String {
+        match self {
+            Op::Param { index } => format!("#{index}"),
+            Op::Const { value } => format!("{value:?}"),
+            Op::Reduce { axis, .. } | Op::Softmax { axis } | Op::Concat { axis } => {
+                format!("axis={axis}")
+            }
+            Op::Transpose { perm } => format!("perm={perm:?}"),
+            Op::Slice { axis, start, end } => format!("axis={axis} [{start}, {end})"),
+            Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={eps:e}"),
+            Op::Attention { scale, causal, mask } => {
+                format!("scale={scale:?} causal={causal} mask={mask}")
+            }
+            _ => String::new(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub op: Op,
+    pub inputs: Vec<NodeId>,
+    pub dtype: DType,
+    pub shape: Shape,
+    /// User-facing name: the `let` binding, or binding.part for pieces of expanded sugar.
+    pub name: String,
+    /// Source line of the expression that produced the node (0 when unknown).
+    pub line: u32,
+}
+
+/// A lowered `#[fused_graph]` function.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Graph {
+    pub name: String,
+    /// Parameter names, in signature order (the `Param` nodes carry the same index).
+    pub params: Vec<String>,
+    pub nodes: Vec<Node>,
+    pub outputs: Vec<NodeId>,
+    /// Dynamic dims in the order of the runtime `dims[]` array.
+    pub dyn_dims: Vec<String>,
+    /// Static dims as declared, for reports.
+    pub static_dims: Vec<(String, i64)>,
+}
+
+impl Graph {
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.idx()]
+    }
+    pub fn ids(&self) -> impl DoubleEndedIterator<Item = NodeId> {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+    pub fn param_nodes(&self) -> Vec<NodeId> {
+        let mut v = vec![NodeId(0); self.params.len()];
+        for id in self.ids() {
+            if let Op::Param { index } = self.node(id).op {
+                v[index] = id;
+            }
+        }
+        v
+    }
+    /// Users of every node, in node order.
+    pub fn users(&self) -> Vec<Vec<NodeId>> {
+        let mut u = vec![Vec::new(); self.nodes.len()];
+        for id in self.ids() {
+            for &i in &self.node(id).inputs {
+                if !u[i.idx()].contains(&id) {
+                    u[i.idx()].push(id);
+                }
+            }
+        }
+        u
+    }
+    pub fn dim_index(&self, s: &str) -> usize {
+        self.dyn_dims.iter().position(|d| d == s).expect("dynamic dim listed")
+    }
+
+    /// The stable text dump used by snapshot tests.
+    pub fn dump(&self) -> String {
+        let mut out = format!("graph {}(", self.name);
+        out += &self.params.join(", ");
+        out += ")";
+        if !self.dyn_dims.is_empty() {
+            out += &format!(" dyn[{}]", self.dyn_dims.join(", "));
+        }
+        out += "\n";
+        for id in self.ids() {
+            let n = self.node(id);
+            let ins: Vec<String> = n.inputs.iter().map(|i| i.to_string()).collect();
+            let attrs = n.op.attrs();
+            out += &format!(
+                "  {id} = {}{}({}) : {}{}  // {}\n",
+                n.op.name(),
+                if attrs.is_empty() { String::new() } else { format!("[{attrs}]") },
+                ins.join(", "),
+                n.dtype,
+                shape_str(&n.shape),
+                n.name
+            );
+        }
+        let outs: Vec<String> = self.outputs.iter().map(|o| o.to_string()).collect();
+        out += &format!("  return {}\n", outs.join(", "));
+        out
+    }
+}
+
+/// A shape or dtype error from inference; `operand` says which input is at fault (for spans).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InferError {
+    pub operand: Option<usize>,
+    pub msg: String,
+    pub help: Option<String>,
+}
+
+fn err(operand: Option<usize>, msg: String) -> InferError {
+    InferError { operand, msg, help: None }
+}
+
+/// Numpy-style broadcast of two shapes (aligned from the right).
+pub fn broadcast(a: &Shape, b: &Shape) -> Option<Shape> {
+    let r = a.len().max(b.len());
+    let one = DimExpr::constant(1);
+    let mut out = Vec::with_capacity(r);
+    for i in 0..r {
+        let da = if i + a.len() >= r { &a[i + a.len() - r] } else { &one };
+        let db = if i + b.len() >= r { &b[i + b.len() - r] } else { &one };
+        out.push(if da == db || *db == one {
+            da.clone()
+        } else if *da == one {
+            db.clone()
+        } else {
+            return None;
+        });
+    }
+    Some(out)
+}
+
+fn same_dtype(ins: &[(&Shape, DType)], what: &str) -> Result<DType, InferError> {
+    let d0 = ins[0].1;
+    for (i, (_, d)) in ins.iter().enumerate().skip(1) {
+        if *d != d0 {
+            return Err(InferError {
+                operand: Some(i),
+                msg: format!("dtype mismatch in {what}: {d0} and {d}"),
+                help: Some(format!("insert `cast(x, {d0})` to convert one operand")),
+            });
+        }
+    }
+    Ok(d0)
+}
+
+/// Infer the output of `op` on inputs of the given shapes and dtypes. `cast_to` is the target
+/// dtype of `Cast`, and the output shape of `Reshape` is passed in `reshape_to`.
+pub fn infer(
+    op: &Op,
+    ins: &[(&Shape, DType)],
+    target: Option<(DType, &Shape)>,
+) -> Result<(Shape, DType), InferError> {
+    let rank = |i: usize| ins[i].0.len();
+    let shape = |i: usize| ins[i].0.clone();
+    match op {
+        Op::Param { .. } | Op::Const { .. } => {
+            let (d, s) = target.expect("param/const carry their type");
+            Ok((s.clone(), d))
+        }
+        Op::Unary(_) | Op::Copy | Op::CausalMask => {
+            if matches!(op, Op::CausalMask) && rank(0) < 2 {
+                return Err(err(Some(0), format!("causal_mask needs rank >= 2, got {}", shape_str(ins[0].0))));
+            }
+            Ok((shape(0), ins[0].1))
+        }
+        Op::Cast => Ok((shape(0), target.expect("cast target").0)),
+        Op::Binary(b) => {
+            let d = same_dtype(ins, b.name())?;
+            let s = broadcast(ins[0].0, ins[1].0).ok_or_else(|| InferError {
+                operand: Some(1),
+                msg: format!(
+                    "shapes {} and {} cannot be broadcast together in `{}`",
+                    shape_str(ins[0].0),
+                    shape_str(ins[1].0),
+                    b.name()
+                ),
+                help: Some("axes are aligned from the right; each pair must be equal or 1".into()),
+            })?;
+            Ok((s, d))
+        }
+        Op::Reduce { axis, .. } | Op::Softmax { axis } => {
+            if *axis >= rank(0) {
+                return Err(err(None, format!("axis {axis} out of range for {}", shape_str(ins[0].0))));
+            }
+            let mut s = shape(0);
+            if matches!(op, Op::Reduce { .. }) {
+                s[*axis] = DimExpr::constant(1);
+            }
+            Ok((s, ins[0].1))
+        }
+        Op::MatMul | Op::Linear => {
+            let d = same_dtype(ins, "matmul")?;
+            let (a, b) = (ins[0].0, ins[1].0);
+            if a.len() < 2 {
+                return Err(err(Some(0), format!("matmul needs operands of rank >= 2, left is {}", shape_str(a))));
+            }
+            if b.len() < 2 {
+                return Err(err(Some(1), format!("matmul needs operands of rank >= 2, right is {}", shape_str(b))));
+            }
+            let k1 = &a[a.len() - 1];
+            let k2 = &b[b.len() - 2];
+            if k1 != k2 {
+                return Err(InferError {
+                    operand: Some(1),
+                    msg: format!(
+                        "matmul inner dimensions differ: {} x {} ({k1} != {k2})",
+                        shape_str(a),
+                        shape_str(b)
+                    ),
+                    help: Some("the last axis of the left operand must equal the second-to-last of the right".into()),
+                });
+            }
+            let ba = a[..a.len() - 2].to_vec();
+            let bb = b[..b.len() - 2].to_vec();
+            let mut out = broadcast(&ba, &bb).ok_or_else(|| {
+                err(Some(1), format!("matmul batch axes {} and {} cannot be broadcast", shape_str(&ba), shape_str(&bb)))
+            })?;
+            out.push(a[a.len() - 2].clone());
+            out.push(b[b.len() - 1].clone());
+            if matches!(op, Op::Linear) {
+                let n = out.last().unwrap().clone();
+                if ins[2].0.len() != 1 || ins[2].0[0] != n {
+                    return Err(InferError {
+                        operand: Some(2),
+                        msg: format!("linear bias has shape {}, expected [{n}]", shape_str(ins[2].0)),
+                        help: None,
+                    });
+                }
+                if ins[2].1 != d {
+                    return Err(err(Some(2), format!("dtype mismatch in linear: {d} and {}", ins[2].1)));
+                }
+            }
+            Ok((out, d))
+        }
+        Op::Reshape => {
+            let to = target.expect("reshape target").1;
+            let (n0, n1) = (crate::dim::numel(ins[0].0), crate::dim::numel(to));
+            if n0 != n1 {
+                return Err(err(
+                    None,
+                    format!("cannot reshape {} ({n0} elements) to {} ({n1} elements)", shape_str(ins[0].0), shape_str(to)),
+                ));
+            }
+            Ok((to.clone(), ins[0].1))
+        }
+        Op::Transpose { perm } => {
+            let mut p = perm.clone();
+            p.sort();
+            if perm.len() != rank(0) || p != (0..rank(0)).collect::<Vec<_>>() {
+                return Err(err(None, format!("permutation {perm:?} does not fit {}", shape_str(ins[0].0))));
+            }
+            Ok((perm.iter().map(|&i| ins[0].0[i].clone()).collect(), ins[0].1))
+        }
+        Op::Slice { axis, start, end } => {
+            if *axis >= rank(0) {
+                return Err(err(None, format!("axis {axis} out of range for {}", shape_str(ins[0].0))));
+            }
+            let mut s = shape(0);
+            s[*axis] = end.sub(start);
+            Ok((s, ins[0].1))
+        }
+        Op::Concat { axis } => {
+            let d = same_dtype(ins, "concat")?;
+            let r = rank(0);
+            if *axis >= r {
+                return Err(err(None, format!("axis {axis} out of range for {}", shape_str(ins[0].0))));
+            }
+            let mut s = shape(0);
+            for (i, (sh, _)) in ins.iter().enumerate().skip(1) {
+                if sh.len() != r {
+                    return Err(err(Some(i), format!("concat rank mismatch: {} and {}", shape_str(ins[0].0), shape_str(sh))));
+                }
+                for ax in 0..r {
+                    if ax != *axis && sh[ax] != ins[0].0[ax] {
+                        return Err(err(
+                            Some(i),
+                            format!("concat shapes {} and {} differ off axis {axis}", shape_str(ins[0].0), shape_str(sh)),
+                        ));
+                    }
+                }
+                s[*axis] = s[*axis].add(&sh[*axis]);
+            }
+            Ok((s, d))
+        }
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
+            let d = same_dtype(ins, &op.name())?;
+            let x = ins[0].0;
+            if x.is_empty() {
+                return Err(err(Some(0), format!("{} needs rank >= 1", op.name())));
+            }
+            let last = x.last().unwrap();
+            for (i, (s, _)) in ins.iter().enumerate().skip(1) {
+                if s.len() != 1 {
+                    return Err(InferError {
+                        operand: Some(i),
+                        msg: format!("rank mismatch: {} parameter has shape {}, expected [{last}]", op.name(), shape_str(s)),
+                        help: Some("norm weights are vectors over the last axis".into()),
+                    });
+                }
+                if &s[0] != last {
+                    return Err(err(
+                        Some(i),
+                        format!("{} parameter has shape {}, expected [{last}] to match {}", op.name(), shape_str(s), shape_str(x)),
+                    ));
+                }
+            }
+            Ok((x.clone(), d))
+        }
+        Op::Attention { mask, .. } => {
+            let d = same_dtype(ins, "attention")?;
+            let (q, k, v) = (ins[0].0, ins[1].0, ins[2].0);
+            if q.len() < 2 || k.len() != q.len() || v.len() != q.len() {
+                return Err(err(
+                    None,
+                    format!("attention needs q, k, v of one rank >= 2, got {}, {}, {}", shape_str(q), shape_str(k), shape_str(v)),
+                ));
+            }
+            let r = q.len();
+            if q[r - 1] != k[r - 1] {
+                return Err(err(Some(1), format!("attention head dims differ: q {} and k {}", shape_str(q), shape_str(k))));
+            }
+            if k[r - 2] != v[r - 2] {
+                return Err(err(Some(2), format!("attention key lengths differ: k {} and v {}", shape_str(k), shape_str(v))));
+            }
+            let mut out = q.clone();
+            out[r - 1] = v[r - 1].clone();
+            if *mask {
+                let mut sc = q.clone();
+                sc[r - 1] = k[r - 2].clone();
+                if broadcast(&sc, ins[3].0).as_ref() != Some(&sc) {
+                    return Err(err(
+                        Some(3),
+                        format!("attention mask {} does not broadcast to the scores {}", shape_str(ins[3].0), shape_str(&sc)),
+                    ));
+                }
+            }
+            Ok((out, d))
+        }
+        Op::Rope => {
+            let d = same_dtype(ins, "rope")?;
+            let x = ins[0].0;
+            let last = x.last().cloned().unwrap_or(DimExpr::constant(0));
+            if last.div_const(2).map(|h| h.mul(&DimExpr::constant(2))) != Some(last.clone())
+                || last.as_const().is_some_and(|v| v % 2 != 0)
+            {
+                return Err(err(Some(0), format!("rope needs an even last axis, got {}", shape_str(x))));
+            }
+            for i in 1..3 {
+                if broadcast(x, ins[i].0).as_ref() != Some(x) {
+                    return Err(err(Some(i), format!("rope table {} does not broadcast to {}", shape_str(ins[i].0), shape_str(x))));
+                }
+            }
+            Ok((x.clone(), d))
+        }
+    }
+}
+
+/// Check the invariants every pass must keep: topological order, arity, and that each node's
+/// type is what inference gives for its inputs.
+pub fn verify(g: &Graph) -> Result<(), String> {
+    for id in g.ids() {
+        let n = g.node(id);
+        for i in &n.inputs {
+            if i.idx() >= id.idx() {
+                return Err(format!("{id} uses {i}, which is not defined before it"));
+            }
+        }
+        let ins: Vec<(&Shape, DType)> = n.inputs.iter().map(|i| (&g.node(*i).shape, g.node(*i).dtype)).collect();
+        let arity_ok = match &n.op {
+            Op::Param { .. } | Op::Const { .. } => ins.is_empty(),
+            Op::Unary(_) | Op::Cast | Op::Copy | Op::CausalMask | Op::Reduce { .. } | Op::Softmax { .. } => ins.len() == 1,
+            Op::Reshape | Op::Transpose { .. } | Op::Slice { .. } => ins.len() == 1,
+            Op::Binary(_) | Op::MatMul => ins.len() == 2,
+            Op::Concat { .. } => !ins.is_empty(),
+            Op::LayerNorm { .. } | Op::Linear | Op::Rope => ins.len() == 3,
+            Op::RmsNorm { .. } => ins.len() == 2,
+            Op::Attention { mask, .. } => ins.len() == 3 + *mask as usize,
+        };
+        if !arity_ok {
+            return Err(format!("{id} ({}) has {} inputs", n.op.name(), ins.len()));
+        }
+        let (s, d) = infer(&n.op, &ins, Some((n.dtype, &n.shape))).map_err(|e| format!("{id}: {}", e.msg))?;
+        if s != n.shape || d != n.dtype {
+            return Err(format!(
+                "{id} ({}) is typed {}{} but its inputs give {}{}",
+                n.op.name(),
+                n.dtype,
+                shape_str(&n.shape),
+                d,
+                shape_str(&s)
+            ));
+        }
+        if let Op::Param { index } = n.op {
+            if index >= g.params.len() {
+                return Err(format!("{id} is parameter #{index} of {}", g.params.len()));
+            }
+        }
+    }
+    for o in &g.outputs {
+        if o.idx() >= g.nodes.len() {
+            return Err(format!("output {o} is not a node"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,128 @@
+//! `#[fused_graph]`: a thin proc macro over `autofusion-compiler`. It parses and checks the
+//! graph (reporting every error of a phase at once, spanned on the offending tokens) and emits
+//! the Rust glue: input validation and launch through the runtime, `reference` and `unfused`
+//! entry points, and a compile-time check that build.rs compiled this exact graph.
+
+use autofusion_compiler::{env_var, Unit, Variant};
+use proc_macro::TokenStream;
+use proc_macro2::Span;
+use quote::{format_ident, quote};
+
+/// Compile a Transformer layer written in the autofusion DSL into fused kernels.
+///
+/// See the `autofusion` crate for the DSL and options.
+#[proc_macro_attribute]
+pub fn fused_graph(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let item_fn: syn::ItemFn = match syn::parse(item) {
+        Ok(f) => f,
+        Err(e) => return e.to_compile_error().into(),
+    };
+    match Unit::parse(attr.into(), &item_fn) {
+        Ok(unit) => expand(&unit, &item_fn).into(),
+        Err(d) => d.to_syn().to_compile_error().into(),
+    }
+}
+
+fn expand(unit: &Unit, f: &syn::ItemFn) -> proc_macro2::TokenStream {
+    let vis = &f.vis;
+    let name = &f.sig.ident;
+    let attrs: Vec<&syn::Attribute> = f.attrs.iter().filter(|a| a.path().is_ident("doc")).collect();
+    let sig = &unit.lowered.sig;
+    let params: Vec<syn::Ident> = sig.params.iter().map(|(n, _, _)| format_ident!("{}", n)).collect();
+    let n_out = sig.outputs.len();
+    let ret = if sig.tuple_return {
+        let ts = (0..n_out).map(|_| quote!(::autofusion::Tensor));
+        quote!((#(#ts,)*))
+    } else {
+        quote!(::autofusion::Tensor)
+    };
+    let outs: Vec<syn::Ident> = (0..n_out).map(|i| format_ident!("__out{}", i)).collect();
+    let hash = &unit.hash;
+    let env = env_var(&name.to_string());
+    let fused_sym = format_ident!("{}", unit.symbol(Variant::Fused));
+    let unfused_sym = format_ident!("{}", unit.symbol(Variant::Unfused));
+    let fused_str = fused_sym.to_string();
+    let unfused_str = unfused_sym.to_string();
+    let missing = format!(
+        "graph `{name}` has no build output: add `autofusion_build::Builder::new().file(\"FILE\").compile(\"fused\");` to build.rs (and `autofusion-build` to [build-dependencies])"
+    );
+    let (pre, post) = missing.split_once("FILE").unwrap();
+    let stale = format!(
+        "graph `{name}` changed since build.rs compiled it: build.rs must list the file that defines it (`Builder::file`), and no two graphs of the crate may share the name `{name}`"
+    );
+    let shapes: Vec<String> = sig
+        .params
+        .iter()
+        .map(|(n, d, s)| format!("`{n}`: {d}{}", autofusion_compiler::dim::shape_str(s)))
+        .collect();
+    let doc = format!("Fused graph `{name}` (plan {hash}). Inputs: {}.", shapes.join(", "));
+    let convert = quote! {
+        let [#(#outs),*]: [::autofusion::Tensor; #n_out] = ::autofusion::__private::outputs(__v, #fused_str)?;
+    };
+    let result = if sig.tuple_return { quote!((#(#outs,)*)) } else { quote!(#(#outs)*) };
+    let span = Span::call_site();
+    let params_ty = params.iter().map(|p| quote!(#p: &::autofusion::Tensor));
+    let params_ty2 = params_ty.clone();
+    let params_ty3 = params_ty.clone();
+    quote::quote_spanned! {span=>
+        #(#attrs)*
+        #[doc = #doc]
+        #[allow(clippy::too_many_arguments)]
+        #vis fn #name(#(#params_ty),*) -> ::autofusion::Result<#ret> {
+            let __v = #name::module()?.run(&[#(#params),*])?;
+            #convert
+            Ok(#result)
+        }
+
+        #[doc = concat!("Build output and alternative entry points of the fused graph `", stringify!(#name), "`.")]
+        #[allow(non_snake_case)]
+        #vis mod #name {
+            /// Content hash of the graph and its options (keys the build output).
+            pub const HASH: &str = #hash;
+
+            const _: () = match ::core::option_env!(#env) {
+                ::core::option::Option::None => ::core::panic!(::core::concat!(#pre, ::core::file!(), #post)),
+                ::core::option::Option::Some(__h) => {
+                    if !::autofusion::__private::str_eq(__h, #hash) {
+                        ::core::panic!(#stale)
+                    }
+                }
+            };
+
+            extern "C" {
+                fn #fused_sym() -> *const ::autofusion::__private::AfModule;
+                fn #unfused_sym() -> *const ::autofusion::__private::AfModule;
+            }
+
+            /// The fused kernels (plan, kernel list, per-shape launch plans).
+            pub fn module() -> ::autofusion::Result<&'static ::autofusion::__private::Module> {
+                static CELL: ::autofusion::__private::OnceCell<::autofusion::__private::Module> = ::autofusion::__private::OnceCell::new();
+                // SAFETY: the symbol is the generated module descriptor of this graph.
+                ::autofusion::__private::load(&CELL, unsafe { #fused_sym() }, #fused_str)
+            }
+
+            /// The opt_level 0 build: one kernel per op (the fair unfused baseline).
+            pub fn unfused_module() -> ::autofusion::Result<&'static ::autofusion::__private::Module> {
+                static CELL: ::autofusion::__private::OnceCell<::autofusion::__private::Module> = ::autofusion::__private::OnceCell::new();
+                // SAFETY: as above.
+                ::autofusion::__private::load(&CELL, unsafe { #unfused_sym() }, #unfused_str)
+            }
+
+            /// Run the graph with one kernel per op (opt_level 0).
+            #[allow(clippy::too_many_arguments)]
+            pub fn unfused(#(#params_ty2),*) -> ::autofusion::Result<#ret> {
+                let __v = unfused_module()?.run(&[#(#params),*])?;
+                #convert
+                Ok(#result)
+            }
+
+            /// Run the unfused graph op by op in the reference interpreter (the test oracle).
+            #[allow(clippy::too_many_arguments)]
+            pub fn reference(#(#params_ty3),*) -> ::autofusion::Result<#ret> {
+                let __v = module()?.reference(&[#(#params),*])?;
+                #convert
+                Ok(#result)
+            }
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! The executor: validates inputs and binds dynamic dims, looks up (or computes and caches)
+//! the per-shape launch plan (tilings from DynamicTiling and an arena laid out by liveness),
+//! and runs the kernels as SPMD blocks on the thread pool.
+
+use crate::error::{Error, Result};
+use crate::pool::pool;
+use crate::reference;
+use crate::tensor::Tensor;
+use crate::tiling::{choose, Tiling};
+use autofusion_compiler::abi::ABI_VERSION;
+use autofusion_compiler::dim::shape_str;
+use autofusion_compiler::ir::{Graph, NodeId, Op};
+use autofusion_compiler::ModuleMeta;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+/// A generated kernel (see `autofusion_compiler::abi`).
+pub type KernelFn = unsafe extern "C" fn(bufs: *const *mut c_void, dims: *const i64, t: *const Tiling, block: i64, scratch: *mut f32);
+
+/// `af_module` of the kernel ABI.
+#[repr(C)]
+pub struct AfModule {
+    pub abi: u32,
+    pub tiling_size: u32,
+    pub json: *const u8,
+    pub json_len: u64,
+    pub kernels: *const Option<KernelFn>,
+    pub n_kernels: u64,
+}
+
+/// Where a value lives during a call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Loc {
+    Param(usize),
+    Output(usize),
+    Arena(usize),
+}
+
+/// Everything that depends only on the bound dims: computed once per shape, then cached.
+#[derive(Debug)]
+pub struct ShapePlan {
+    pub dims: Vec<i64>,
+    pub tilings: Vec<Tiling>,
+    pub scratch_floats: Vec<usize>,
+    /// Arena bytes (intermediates laid out by liveness).
+    pub arena_bytes: usize,
+    /// Bytes all intermediates would take without reuse.
+    pub intermediate_bytes: usize,
+    locs: HashMap<NodeId, Loc>,
+    out_shapes: Vec<Vec<usize>>,
+}
+
+/// A loaded graph variant: metadata and kernel table from the generated library.
+pub struct Module {
+    symbol: String,
+    meta: ModuleMeta,
+    kernels: Vec<KernelFn>,
+    cache: Mutex<HashMap<Vec<i64>, Arc<ShapePlan>>>,
+    arena: Mutex<Vec<u64>>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+#[derive(Clone, Copy)]
+struct SendPtr(*const *mut c_void);
+unsafe impl Send for SendPtr {}
+unsafe impl Sync for SendPtr {}
+
+impl Module {
+    /// Load a module descriptor exported by generated code.
+    ///
+    /// # Safety
+    /// `ptr` must be null or point to an `af_module` produced by autofusion's code generator
+    /// (the macro passes the address returned by the generated `af_*` function).
+    pub unsafe fn from_raw(ptr: *const AfModule, symbol: &str) -> Result<Module> {
+        let err = |msg: String| Error::Module { symbol: symbol.to_string(), msg };
+        if ptr.is_null() {
+            return Err(err("the module descriptor is null".into()));
+        }
+        let m = &*ptr;
+        if m.abi != ABI_VERSION {
+            return Err(err(format!("built for kernel ABI {} but the runtime speaks ABI {ABI_VERSION}; rebuild", m.abi)));
+        }
+        if m.tiling_size as usize != std::mem::size_of::<Tiling>() {
+            return Err(err(format!("af_tiling is {} bytes in C but {} in Rust", m.tiling_size, std::mem::size_of::<Tiling>())));
+        }
+        let json = std::slice::from_raw_parts(m.json, m.json_len as usize);
+        let meta: ModuleMeta = serde_json::from_slice(json).map_err(|e| err(format!("bad metadata: {e}")))?;
+        if meta.kernels.len() != m.n_kernels as usize {
+            return Err(err(format!("{} kernels in the table, {} in the metadata", m.n_kernels, meta.kernels.len())));
+        }
+        let table = std::slice::from_raw_parts(m.kernels, m.n_kernels as usize);
+        let kernels = table
+            .iter()
+            .enumerate()
+            .map(|(i, k)| k.ok_or_else(|| err(format!("kernel {i} is null"))))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Module { symbol: symbol.to_string(), meta, kernels, cache: Mutex::new(HashMap::new()), arena: Mutex::new(Vec::new()) })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.meta.graph
+    }
+    pub fn meta(&self) -> &ModuleMeta {
+        &self.meta
+    }
+    pub fn symbol(&self) -> &str {
+        &self.symbol
+    }
+
+    /// Check dtypes and shapes of `inputs` and bind the dynamic dims.
+    pub fn bind(&self, inputs: &[&Tensor]) -> Result<Vec<i64>> {
+        let g = &self.meta.graph;
+        if inputs.len() != g.params.len() {
+            return Err(Error::Arity { graph: g.name.clone(), expected: g.params.len(), got: inputs.len() });
+        }
+        let pnodes = g.param_nodes();
+        let mut dims: Vec<Option<(i64, usize)>> = vec![None; g.dyn_dims.len()];
+        for (i, t) in inputs.iter().enumerate() {
+            let n = g.node(pnodes[i]);
+            if t.dtype() != n.dtype {
+                return Err(Error::DType {
+                    graph: g.name.clone(),
+                    param: g.params[i].clone(),
+                    expected: n.dtype.name().into(),
+                    got: t.dtype().name().into(),
+                });
+            }
+            if t.shape().len() != n.shape.len() {
+                return Err(Error::Shape { graph: g.name.clone(), param: g.params[i].clone(), expected: shape_str(&n.shape), got: t.shape().to_vec() });
+            }
+            for (d, e) in n.shape.iter().enumerate() {
+                if let Some(s) = e.as_sym() {
+                    let k = g.dim_index(s);
+                    let v = t.shape()[d] as i64;
+                    match dims[k] {
+                        None => dims[k] = Some((v, i)),
+                        Some((w, j)) if w != v => {
+                            return Err(Error::DimConflict {
+                                graph: g.name.clone(),
+                                dim: s.to_string(),
+                                first: w,
+                                first_param: g.params[j].clone(),
+                                second: v,
+                                second_param: g.params[i].clone(),
+                            })
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let dims: Vec<i64> = dims.iter().map(|d| d.map(|x| x.0).unwrap_or(0)).collect();
+        let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+        for (i, t) in inputs.iter().enumerate() {
+            let n = g.node(pnodes[i]);
+            for (d, e) in n.shape.iter().enumerate() {
+                let want = e.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg: format!("parameter `{}`: {msg}", g.params[i]) })?;
+                if want != t.shape()[d] as i64 {
+                    let bound: Vec<String> = g.dyn_dims.iter().zip(&dims).map(|(n, v)| format!("{n} = {v}")).collect();
+                    let expected = if bound.is_empty() { shape_str(&n.shape) } else { format!("{} with {}", shape_str(&n.shape), bound.join(", ")) };
+                    return Err(Error::Shape { graph: g.name.clone(), param: g.params[i].clone(), expected, got: t.shape().to_vec() });
+                }
+            }
+        }
+        Ok(dims)
+    }
+
+    /// The launch plan for these dims (cached).
+    pub fn shape_plan(&self, dims: &[i64]) -> Result<Arc<ShapePlan>> {
+        if let Some(p) = self.cache.lock().unwrap().get(dims) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(self.make_plan(dims)?);
+        self.cache.lock().unwrap().insert(dims.to_vec(), p.clone());
+        Ok(p)
+    }
+
+    fn make_plan(&self, dims: &[i64]) -> Result<ShapePlan> {
+        let g = &self.meta.graph;
+        let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+        let dim_err = |msg: String| Error::Dims { graph: g.name.clone(), msg };
+        let shape = |id: NodeId| -> Result<Vec<usize>> {
+            g.node(id).shape.iter().map(|d| d.eval(&bind).map(|v| v as usize).map_err(dim_err)).collect()
+        };
+        let eval = |d: &autofusion_compiler::dim::DimExpr| d.eval(&bind).unwrap_or(0);
+        let threads = pool().threads();
+        let mut tilings = Vec::new();
+        let mut scratch_floats = Vec::new();
+        for k in &self.meta.kernels {
+            let (t, s) = choose(&k.work, &eval, threads);
+            tilings.push(t);
+            scratch_floats.push(s);
+        }
+        // Locations: parameters, graph outputs, and arena slots for the rest.
+        let mut locs = HashMap::new();
+        for (i, p) in g.param_nodes().iter().enumerate() {
+            locs.insert(*p, Loc::Param(i));
+        }
+        let mut out_shapes = Vec::new();
+        for (i, o) in g.outputs.iter().enumerate() {
+            locs.insert(*o, Loc::Output(i));
+            out_shapes.push(shape(*o)?);
+        }
+        // Liveness in kernel steps: [writer, last reader].
+        let mut live: Vec<(NodeId, usize, usize, usize)> = Vec::new();
+        for (ki, k) in self.meta.kernels.iter().enumerate() {
+            for &o in &k.buffers[k.n_inputs..] {
+                if !locs.contains_key(&o) {
+                    let bytes = shape(o)?.iter().product::<usize>() * g.node(o).dtype.size();
+                    live.push((o, ki, ki, bytes.div_ceil(64) * 64));
+                    locs.insert(o, Loc::Arena(usize::MAX));
+                }
+            }
+        }
+        for (ki, k) in self.meta.kernels.iter().enumerate() {
+            for &i in &k.buffers[..k.n_inputs] {
+                if let Some(e) = live.iter_mut().find(|e| e.0 == i) {
+                    e.2 = e.2.max(ki);
+                }
+            }
+        }
+        // Greedy by size: each value takes the lowest offset clear of every overlapping value.
+        let mut order: Vec<usize> = (0..live.len()).collect();
+        order.sort_by(|a, b| live[*b].3.cmp(&live[*a].3).then(a.cmp(b)));
+        let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // (start, end, from, to)
+        let mut arena_bytes = 0;
+        for i in order {
+            let (id, from, to, size) = live[i];
+            let mut conflicts: Vec<(usize, usize)> =
+                placed.iter().filter(|p| p.2 <= to && from <= p.3).map(|p| (p.0, p.1)).collect();
+            conflicts.sort();
+            let mut off = 0;
+            for (s, e) in conflicts {
+                if off + size <= s {
+                    break;
+                }
+                off = off.max(e);
+            }
+            placed.push((off, off + size, from, to));
+            arena_bytes = arena_bytes.max(off + size);
+            locs.insert(id, Loc::Arena(off));
+        }
+        let intermediate_bytes = live.iter().map(|e| e.3).sum();
+        Ok(ShapePlan { dims: dims.to_vec(), tilings, scratch_floats, arena_bytes, intermediate_bytes, locs, out_shapes })
+    }
+
+    /// Run the fused kernels.
+    pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let dims = self.bind(inputs)?;
+        let plan = self.shape_plan(&dims)?;
+        let g = &self.meta.graph;
+        let mut outputs: Vec<Tensor> =
+            g.outputs.iter().zip(&plan.out_shapes).map(|(o, s)| Tensor::zeros(g.node(*o).dtype, s)).collect();
+        let mut own_arena;
+        let mut guard = self.arena.try_lock().ok();
+        let arena: &mut Vec<u64> = match guard.as_deref_mut() {
+            Some(a) => a,
+            None => {
+                own_arena = Vec::new();
+                &mut own_arena
+            }
+        };
+        let words = plan.arena_bytes / 8;
+        if arena.len() < words {
+            arena.resize(words, 0);
+        }
+        let arena_ptr = arena.as_mut_ptr() as *mut u8;
+        let out_ptrs: Vec<*mut u8> = outputs.iter_mut().map(|t| t.as_mut_ptr()).collect();
+        let ptr_of = |id: NodeId| -> *mut c_void {
+            match plan.locs[&id] {
+                Loc::Param(i) => inputs[i].as_ptr() as *mut c_void,
+                Loc::Output(i) => out_ptrs[i] as *mut c_void,
+                // SAFETY: offsets are within `arena_bytes`, which the arena holds.
+                Loc::Arena(off) => unsafe { arena_ptr.add(off) as *mut c_void },
+            }
+        };
+        for (ki, k) in self.meta.kernels.iter().enumerate() {
+            let bufs: Vec<*mut c_void> = k.buffers.iter().map(|b| ptr_of(*b)).collect();
+            let t = plan.tilings[ki];
+            if t.block_num == 0 {
+                continue;
+            }
+            let scratch = plan.scratch_floats[ki];
+            let f = self.kernels[ki];
+            let bp = SendPtr(bufs.as_ptr());
+            let dims_ptr = dims.as_ptr() as usize;
+            let run_block = move |b: usize| {
+                SCRATCH.with(|s| {
+                    let mut s = s.borrow_mut();
+                    if s.len() < scratch.max(1) {
+                        s.resize(scratch.max(1), 0.0);
+                    }
+                    let bp = bp;
+                    // SAFETY: the buffers are sized from the same shapes the kernel computes
+                    // with; each block writes a disjoint range of rows or tiles.
+                    unsafe { f(bp.0, dims_ptr as *const i64, &t, b as i64, s.as_mut_ptr()) };
+                });
+            };
+            pool().run(t.block_num as usize, &run_block);
+        }
+        drop(guard);
+        Ok(outputs)
+    }
+
+    /// Run the reference interpreter on the same graph.
+    pub fn reference(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let dims = self.bind(inputs)?;
+        reference::run(&self.meta.graph, inputs, &dims)
+    }
+
+    /// Kernels as (name, ops) for reports.
+    pub fn kernel_names(&self) -> Vec<(String, String)> {
+        self.meta.kernels.iter().map(|k| (k.name.clone(), k.ops.clone())).collect()
+    }
+
+    /// Number of ops that run as kernels in the unfused graph.
+    pub fn op_count(&self) -> usize {
+        self.meta.graph.nodes.iter().filter(|n| !matches!(n.op, Op::Param { .. } | Op::Const { .. }) && !n.op.is_view()).count()
+    }
+}

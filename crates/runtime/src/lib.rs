@@ -1,0 +1,77 @@
+//! The autofusion runtime: tensors, devices, the executor with DynamicTiling, the thread pool
+//! and the reference interpreter. Users reach it through the `autofusion` crate.
+//!
+//! ```
+//! use autofusion_runtime::{Tensor, DType};
+//! let t = Tensor::from_f32(&[2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+//! assert_eq!(t.to_dtype(DType::F16).unwrap().to_f32_vec(), t.to_f32_vec());
+//! ```
+
+pub mod error;
+pub mod exec;
+pub mod pool;
+pub mod reference;
+pub mod tensor;
+pub mod tiling;
+
+pub use autofusion_compiler::ir::DType;
+pub use error::{Error, Result};
+pub use exec::Module;
+pub use tensor::{tolerance, Tensor};
+
+/// Where fused kernels run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// The host CPU (generated C, thread pool).
+    Cpu,
+    /// Ascend NPU number `n` (needs the `ascend` feature and a CANN install).
+    Ascend(u32),
+}
+
+impl Device {
+    /// Check that the device can run kernels in this build.
+    pub fn check(self) -> Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            Device::Ascend(n) => Err(Error::Device {
+                device: format!("Ascend({n})"),
+                msg: "this build has no Ascend support: build with `--features ascend` on a machine with the CANN toolkit".into(),
+            }),
+        }
+    }
+}
+
+/// Items the `#[fused_graph]` expansion refers to. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::exec::{AfModule, Module};
+    pub use once_cell::sync::OnceCell;
+
+    /// `a == b` in const context (the build-output check of the macro expansion).
+    pub const fn str_eq(a: &str, b: &str) -> bool {
+        let (a, b) = (a.as_bytes(), b.as_bytes());
+        if a.len() != b.len() {
+            return false;
+        }
+        let mut i = 0;
+        while i < a.len() {
+            if a[i] != b[i] {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
+    /// Load a module once (the expansion keeps one cell per graph variant).
+    pub fn load(cell: &'static OnceCell<Module>, ptr: *const AfModule, symbol: &str) -> crate::Result<&'static Module> {
+        // SAFETY: `ptr` comes from the generated `af_*` function named `symbol`.
+        cell.get_or_try_init(|| unsafe { Module::from_raw(ptr, symbol) })
+    }
+
+    /// The outputs of a run as an array of the arity the signature declares.
+    pub fn outputs<const N: usize>(v: Vec<crate::Tensor>, symbol: &str) -> crate::Result<[crate::Tensor; N]> {
+        let n = v.len();
+        v.try_into().map_err(|_| crate::Error::Module { symbol: symbol.into(), msg: format!("returned {n} outputs, the signature declares {N}") })
+    }
+}

@@ -1,0 +1,142 @@
+//! A persistent thread pool running SPMD launches: `run(n, f)` calls `f(block)` for every block
+//! in `0..n` across the workers and the calling thread, and returns when all are done.
+
+use once_cell::sync::Lazy;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+type Job = &'static (dyn Fn(usize) + Sync);
+
+struct Launch {
+    job: Job,
+    n: usize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+}
+
+struct State {
+    epoch: u64,
+    launch: Option<Arc<Launch>>,
+}
+
+pub struct Pool {
+    threads: usize,
+    state: Mutex<State>,
+    wake: Condvar,
+    finished: Condvar,
+    /// Serialises launches (one SPMD region at a time).
+    gate: Mutex<()>,
+}
+
+/// The process-wide pool; `AUTOFUSION_THREADS` overrides the size (default: available cores).
+pub fn pool() -> &'static Pool {
+    static POOL: Lazy<&'static Pool> = Lazy::new(|| {
+        let n = std::env::var("AUTOFUSION_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| *n >= 1)
+            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        Pool::start(n)
+    });
+    &POOL
+}
+
+fn work(l: &Launch) -> usize {
+    let mut did = 0;
+    loop {
+        let b = l.next.fetch_add(1, Ordering::Relaxed);
+        if b >= l.n {
+            return did;
+        }
+        (l.job)(b);
+        did += 1;
+    }
+}
+
+impl Pool {
+    fn start(threads: usize) -> &'static Pool {
+        let p: &'static Pool = Box::leak(Box::new(Pool {
+            threads,
+            state: Mutex::new(State { epoch: 0, launch: None }),
+            wake: Condvar::new(),
+            finished: Condvar::new(),
+            gate: Mutex::new(()),
+        }));
+        for i in 1..threads {
+            std::thread::Builder::new()
+                .name(format!("autofusion-{i}"))
+                .spawn(move || p.worker())
+                .expect("spawn pool thread");
+        }
+        p
+    }
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+    fn worker(&self) {
+        let mut seen = 0;
+        loop {
+            let launch = {
+                let mut st = self.state.lock().unwrap();
+                while st.epoch == seen {
+                    st = self.wake.wait(st).unwrap();
+                }
+                seen = st.epoch;
+                st.launch.clone()
+            };
+            if let Some(l) = launch {
+                let did = work(&l);
+                if did > 0 && l.done.fetch_add(did, Ordering::AcqRel) + did == l.n {
+                    let _g = self.state.lock().unwrap();
+                    self.finished.notify_all();
+                }
+            }
+        }
+    }
+    /// Run `f(block)` for `block` in `0..n`.
+    pub fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if n == 0 {
+            return;
+        }
+        if n == 1 || self.threads == 1 {
+            (0..n).for_each(f);
+            return;
+        }
+        let _gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the launch is finished (every block ran) before this function returns, and
+        // workers drop their reference to the job right after their last block.
+        let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Job>(f) };
+        let l = Arc::new(Launch { job, n, next: AtomicUsize::new(0), done: AtomicUsize::new(0) });
+        {
+            let mut st = self.state.lock().unwrap();
+            st.epoch += 1;
+            st.launch = Some(l.clone());
+            self.wake.notify_all();
+        }
+        let did = work(&l);
+        l.done.fetch_add(did, Ordering::AcqRel);
+        let mut st = self.state.lock().unwrap();
+        while l.done.load(Ordering::Acquire) < n {
+            st = self.finished.wait(st).unwrap();
+        }
+        st.launch = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn every_block_runs_once() {
+        let p = pool();
+        for n in [1usize, 2, 3, 17, 1000] {
+            let hits: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+            p.run(n, &|b| {
+                hits[b].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "n = {n}");
+        }
+    }
+}

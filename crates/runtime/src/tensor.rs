@@ -1,0 +1,171 @@
+//! Host tensors: contiguous row-major storage in f32, f16 or bf16.
+
+use crate::error::{Error, Result};
+use autofusion_compiler::ir::DType;
+use half::{bf16, f16};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Storage {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+}
+
+/// A dense tensor on the host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    storage: Storage,
+    shape: Vec<usize>,
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+impl Tensor {
+    /// An f32 tensor from data in row-major order.
+    pub fn from_f32(shape: &[usize], data: Vec<f32>) -> Result<Tensor> {
+        if data.len() != numel(shape) {
+            return Err(Error::DataLen { shape: shape.to_vec(), expected: numel(shape), got: data.len() });
+        }
+        Ok(Tensor { storage: Storage::F32(data), shape: shape.to_vec() })
+    }
+    /// A tensor of `dtype` from f32 data (rounded to nearest even).
+    pub fn from_f32_as(shape: &[usize], data: &[f32], dtype: DType) -> Result<Tensor> {
+        Tensor::from_f32(shape, data.to_vec())?.to_dtype(dtype)
+    }
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+        let n = numel(shape);
+        let storage = match dtype {
+            DType::F32 => Storage::F32(vec![0.0; n]),
+            DType::F16 => Storage::F16(vec![f16::ZERO; n]),
+            DType::BF16 => Storage::BF16(vec![bf16::ZERO; n]),
+        };
+        Tensor { storage, shape: shape.to_vec() }
+    }
+    /// Deterministic N(0, std^2) values (a small xorshift + Box-Muller): for tests and examples.
+    pub fn randn(shape: &[usize], std: f32, seed: u64) -> Tensor {
+        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        let data = (0..numel(shape))
+            .map(|_| {
+                let (u, v) = (next(), next());
+                ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32 * std
+            })
+            .collect();
+        Tensor { storage: Storage::F32(data), shape: shape.to_vec() }
+    }
+    pub fn dtype(&self) -> DType {
+        match self.storage {
+            Storage::F32(_) => DType::F32,
+            Storage::F16(_) => DType::F16,
+            Storage::BF16(_) => DType::BF16,
+        }
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+    /// Values widened to f32.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        match &self.storage {
+            Storage::F32(v) => v.clone(),
+            Storage::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            Storage::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+        }
+    }
+    /// The f32 data, if the tensor is f32.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.storage {
+            Storage::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    /// Convert to another dtype (round to nearest even when narrowing).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        let f = self.to_f32_vec();
+        let storage = match dtype {
+            DType::F32 => Storage::F32(f),
+            DType::F16 => Storage::F16(f.iter().map(|x| f16::from_f32(*x)).collect()),
+            DType::BF16 => Storage::BF16(f.iter().map(|x| bf16::from_f32(*x)).collect()),
+        };
+        Ok(Tensor { storage, shape: self.shape.clone() })
+    }
+    /// Same data, new shape with the same number of elements.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        if numel(shape) != self.numel() {
+            return Err(Error::Tensor {
+                op: "reshape".into(),
+                dtype: self.dtype().name().into(),
+                msg: format!("{:?} has {} elements, {:?} has {}", self.shape, self.numel(), shape, numel(shape)),
+            });
+        }
+        Ok(Tensor { storage: self.storage.clone(), shape: shape.to_vec() })
+    }
+    pub(crate) fn as_ptr(&self) -> *const u8 {
+        match &self.storage {
+            Storage::F32(v) => v.as_ptr() as *const u8,
+            Storage::F16(v) => v.as_ptr() as *const u8,
+            Storage::BF16(v) => v.as_ptr() as *const u8,
+        }
+    }
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        match &mut self.storage {
+            Storage::F32(v) => v.as_mut_ptr() as *mut u8,
+            Storage::F16(v) => v.as_mut_ptr() as *mut u8,
+            Storage::BF16(v) => v.as_mut_ptr() as *mut u8,
+        }
+    }
+    /// Largest |a - b| over all elements (NaN if any differs in NaN-ness); shapes must agree.
+    pub fn max_abs_diff(&self, other: &Tensor) -> Result<f32> {
+        if self.shape != other.shape {
+            return Err(Error::Tensor {
+                op: "compare".into(),
+                dtype: self.dtype().name().into(),
+                msg: format!("shapes {:?} and {:?} differ", self.shape, other.shape),
+            });
+        }
+        let (a, b) = (self.to_f32_vec(), other.to_f32_vec());
+        let mut m = 0f32;
+        for (x, y) in a.iter().zip(&b) {
+            if x.is_nan() != y.is_nan() {
+                return Ok(f32::NAN);
+            }
+            if x.is_finite() || y.is_finite() {
+                m = m.max((x - y).abs());
+            } else if x != y {
+                return Ok(f32::INFINITY);
+            }
+        }
+        Ok(m)
+    }
+    /// `|a - b| <= atol + rtol * |b|` everywhere (b = `reference`).
+    pub fn allclose(&self, reference: &Tensor, rtol: f32, atol: f32) -> Result<bool> {
+        self.max_abs_diff(reference)?;
+        let (a, b) = (self.to_f32_vec(), reference.to_f32_vec());
+        Ok(a.iter().zip(&b).all(|(x, y)| (x == y) || (x - y).abs() <= atol + rtol * y.abs()))
+    }
+}
+
+/// Tolerances per dtype for fused-vs-reference comparisons: (rtol, atol).
+///
+/// Fused kernels keep intermediates in f32 registers where the reference rounds each op's
+/// result to the value's dtype, and reductions sum in a different order; these bounds cover
+/// that for layer-sized reductions (rows of up to a few thousand elements).
+pub fn tolerance(dtype: DType) -> (f32, f32) {
+    match dtype {
+        DType::F32 => (1e-4, 1e-4),
+        DType::F16 => (1e-2, 1e-2),
+        DType::BF16 => (4e-2, 4e-2),
+    }
+}

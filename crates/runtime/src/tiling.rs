@@ -1,0 +1,104 @@
+//! DynamicTiling: the blocking of every kernel chosen from the bound shape at run time, and
+//! cached per (module, dims) by the executor.
+
+use autofusion_compiler::abi::{Work, TILING_FIELDS};
+
+/// `af_tiling` of the kernel ABI (`autofusion_compiler::abi`), field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tiling {
+    pub block_num: i64,
+    pub rows_per_block: i64,
+    pub mc: i64,
+    pub nc: i64,
+    pub kc: i64,
+    pub units: i64,
+    pub reserved0: i64,
+    pub reserved1: i64,
+}
+
+const _: () = assert!(std::mem::size_of::<Tiling>() == TILING_FIELDS.len() * 8);
+
+/// Work below this many elements runs as a single block: a launch across threads costs more.
+const MIN_PARALLEL_ELEMS: i64 = 1 << 14;
+
+/// Choose a tiling for `work` evaluated at the bound dims, for `threads` workers. Returns the
+/// tiling and the scratch floats one block needs.
+pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> i64, threads: usize) -> (Tiling, usize) {
+    let t = threads.max(1) as i64;
+    match work {
+        Work::Rows { rows, n, row_buffers } => {
+            let (r, n) = (eval(rows).max(0), eval(n).max(1));
+            let blocks = if r * n < MIN_PARALLEL_ELEMS { 1 } else { r.min(4 * t) }.max(1);
+            let rpb = ((r + blocks - 1) / blocks).max(1);
+            let block_num = if r == 0 { 0 } else { (r + rpb - 1) / rpb };
+            let tiling = Tiling { block_num, rows_per_block: rpb, units: r, ..Default::default() };
+            (tiling, *row_buffers as usize * n as usize)
+        }
+        Work::MatMul { batch, m, n, k } => {
+            let (b, m, n, k) = (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(k).max(0));
+            let mc = m.clamp(1, 64);
+            let kc = k.clamp(1, 256);
+            let mut nc = n.clamp(1, 256);
+            let units_for = |nc: i64| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc);
+            // Small M (decode): split N finer so every thread has work.
+            while units_for(nc) < 2 * t && nc > 32 {
+                nc = (nc / 2 + 15) / 16 * 16;
+            }
+            let units = units_for(nc);
+            let flops = 2 * b * m * n * k;
+            let blocks = if flops < 4 * MIN_PARALLEL_ELEMS { 1 } else { units.min(8 * t) }.max(1);
+            let upb = ((units + blocks - 1) / blocks).max(1);
+            let block_num = if units == 0 { 0 } else { (units + upb - 1) / upb };
+            let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
+            (tiling, (mc * kc + kc * nc + mc * nc) as usize)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use autofusion_compiler::dim::DimExpr;
+
+    #[test]
+    fn field_offsets_match_the_c_struct() {
+        let t = Tiling::default();
+        let base = &t as *const Tiling as usize;
+        let offs = [
+            &t.block_num as *const i64 as usize,
+            &t.rows_per_block as *const i64 as usize,
+            &t.mc as *const i64 as usize,
+            &t.nc as *const i64 as usize,
+            &t.kc as *const i64 as usize,
+            &t.units as *const i64 as usize,
+            &t.reserved0 as *const i64 as usize,
+            &t.reserved1 as *const i64 as usize,
+        ];
+        for (i, o) in offs.iter().enumerate() {
+            assert_eq!(o - base, i * 8, "field {}", TILING_FIELDS[i]);
+        }
+    }
+
+    #[test]
+    fn blocks_cover_all_work() {
+        let c = |v: i64| DimExpr::constant(v);
+        for (rows, n) in [(1, 1), (7, 513), (100, 64), (513, 4096), (4096, 1)] {
+            let w = Work::Rows { rows: c(rows), n: c(n), row_buffers: 2 };
+            let (t, scratch) = choose(&w, &|d| d.as_const().unwrap(), 2);
+            assert!(t.block_num * t.rows_per_block >= rows && (t.block_num - 1) * t.rows_per_block < rows);
+            assert_eq!(scratch, 2 * n as usize);
+        }
+        for (m, n, k) in [(1, 512, 512), (7, 3, 5), (128, 2048, 512), (513, 100, 1)] {
+            let w = Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(k) };
+            let (t, _) = choose(&w, &|d| d.as_const().unwrap(), 2);
+            let units = 2 * ((m + t.mc - 1) / t.mc) * ((n + t.nc - 1) / t.nc);
+            assert_eq!(t.units, units);
+            assert!(t.block_num * t.rows_per_block >= units && (t.block_num - 1) * t.rows_per_block < units);
+        }
+        // Decode shape: one row of output still spreads over both threads.
+        let w = Work::MatMul { batch: c(1), m: c(1), n: c(2048), k: c(512) };
+        let (t, _) = choose(&w, &|d| d.as_const().unwrap(), 2);
+        assert!(t.block_num >= 2, "{t:?}");
+    }
+}
