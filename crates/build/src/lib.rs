@@ -81,31 +81,6 @@ impl Default for Builder {
     }
 }
 
-/// Find `#[fused_graph(...)]` functions, also inside inline modules.
-fn find_graphs<'a>(items: &'a [syn::Item], out: &mut Vec<(&'a syn::ItemFn, proc_macro2::TokenStream)>) {
-    for item in items {
-        match item {
-            syn::Item::Fn(f) => {
-                for a in &f.attrs {
-                    if a.path().segments.last().is_some_and(|s| s.ident == "fused_graph") {
-                        let tokens = match &a.meta {
-                            syn::Meta::List(l) => l.tokens.clone(),
-                            _ => proc_macro2::TokenStream::new(),
-                        };
-                        out.push((f, tokens));
-                    }
-                }
-            }
-            syn::Item::Mod(m) => {
-                if let Some((_, items)) = &m.content {
-                    find_graphs(items, out);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
 /// Write `path` only if its content differs (keeps mtimes, so cc and cargo skip work).
 fn write_if_changed(path: &Path, content: &str) -> std::io::Result<()> {
     if std::fs::read_to_string(path).ok().as_deref() == Some(content) {
@@ -191,8 +166,7 @@ impl Builder {
                     continue;
                 }
             };
-            let mut found = Vec::new();
-            find_graphs(&parsed.items, &mut found);
+            let found = autofusion_compiler::find_graphs(&parsed.items);
             if found.is_empty() {
                 println!("cargo:warning=autofusion: no #[fused_graph] function in {shown}");
             }

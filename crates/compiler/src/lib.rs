@@ -85,17 +85,21 @@ impl Unit {
     /// Parse options and function, lower, check, canonicalise. All errors of the front end
     /// come back at once.
     pub fn parse(attr: proc_macro2::TokenStream, item: &syn::ItemFn) -> Result<Unit, diag::Diags> {
-        let opts = front::parse_options(attr);
-        let lowered = match opts {
-            Ok(o) => front::lower(o, item)?,
+        match front::parse_options(attr) {
+            Ok(o) => Unit::with_options(o, item),
             Err(mut d) => {
-                // Still report body errors with default options.
+                // Still report body errors, checked with default options.
                 if let Err(more) = front::lower(front::Options::default(), item) {
                     d.0.extend(more.0);
                 }
-                return Err(d);
+                Err(d)
             }
-        };
+        }
+    }
+
+    /// Like `parse`, with options given directly (tools re-planning a graph at other settings).
+    pub fn with_options(opts: front::Options, item: &syn::ItemFn) -> Result<Unit, diag::Diags> {
+        let lowered = front::lower(opts, item)?;
         ir::verify(&lowered.graph).map_err(|e| diag::Diag::new(item.sig.ident.span(), format!("internal error: {e}")))?;
         let graph = canon::canonicalize(&lowered.graph);
         ir::verify(&graph).map_err(|e| diag::Diag::new(item.sig.ident.span(), format!("internal error after canonicalize: {e}")))?;
@@ -152,6 +156,34 @@ impl Unit {
         let meta_json = meta(&c.kernels);
         Built { variant: v, plan, c, meta_json }
     }
+}
+
+/// The `#[fused_graph(...)]` functions of a file (also inside inline modules), each with the
+/// tokens of its attribute's arguments.
+pub fn find_graphs(items: &[syn::Item]) -> Vec<(&syn::ItemFn, proc_macro2::TokenStream)> {
+    let mut out = Vec::new();
+    for item in items {
+        match item {
+            syn::Item::Fn(f) => {
+                for a in &f.attrs {
+                    if a.path().segments.last().is_some_and(|s| s.ident == "fused_graph") {
+                        let tokens = match &a.meta {
+                            syn::Meta::List(l) => l.tokens.clone(),
+                            _ => proc_macro2::TokenStream::new(),
+                        };
+                        out.push((f, tokens));
+                    }
+                }
+            }
+            syn::Item::Mod(m) => {
+                if let Some((_, items)) = &m.content {
+                    out.extend(find_graphs(items));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// `af_<graph>_<hash>_<variant>`.

@@ -266,6 +266,23 @@ impl<'a> Planner<'a> {
     fn owners(&self, id: NodeId) -> Vec<usize> {
         (0..self.groups.len()).filter(|&i| self.groups[i].as_ref().is_some_and(|w| w.members.contains(&id))).collect()
     }
+    /// Groups that read `m` from memory (they hold a user of `m` but not `m` itself), and
+    /// whether some user reads it through a view.
+    fn readers(&self, m: NodeId) -> (BTreeSet<usize>, bool) {
+        let mut gs = BTreeSet::new();
+        let mut view = false;
+        for u in &self.users[m.idx()] {
+            if self.g.node(*u).op.is_view() {
+                view = true;
+            }
+            for o in self.owners(*u) {
+                if !self.groups[o].as_ref().unwrap().members.contains(&m) {
+                    gs.insert(o);
+                }
+            }
+        }
+        (gs, view)
+    }
     /// Groups that group `gi` reads from (through views too).
     fn preds(&self, gi: usize) -> BTreeSet<usize> {
         let w = self.groups[gi].as_ref().unwrap();
@@ -427,9 +444,15 @@ impl<'a> Planner<'a> {
             return Err((Reason::SpaceMismatch, "prologue ops must have the A operand's shape".into()));
         }
         let prologue = self.ancestors_in(wb, anchor);
+        let b_idx = self.groups.iter().position(|w| w.as_ref().is_some_and(|w| std::ptr::eq(w, wb))).unwrap();
+        let a_idx = self.groups.iter().position(|w| w.as_ref().is_some_and(|w| std::ptr::eq(w, wa))).unwrap();
         for m in &wa.members {
             if self.is_output[m.idx()] {
                 return Err((Reason::OtherUsers, format!("{m} is a graph output")));
+            }
+            let (rd, view) = self.readers(*m);
+            if view || rd.iter().any(|g| *g != b_idx && *g != a_idx) {
+                return Err((Reason::OtherUsers, format!("{m} is also read by another kernel")));
             }
             for u in &self.users[m.idx()] {
                 let ok = wa.members.contains(u) || prologue.contains(u) || (*u == anchor && self.g.node(anchor).inputs[1] != *m);
@@ -643,6 +666,10 @@ impl<'a> Planner<'a> {
             if self.is_output[m.idx()] {
                 return Err((Reason::OtherUsers, format!("{m} is a graph output")));
             }
+            let (rd, view) = self.readers(*m);
+            if view || rd.iter().any(|g| *g != a && !all.contains(g)) {
+                return Err((Reason::OtherUsers, format!("{m} is also read by another kernel")));
+            }
             for u in &self.users[m.idx()] {
                 let ok = wa.members.contains(u)
                     || others.contains(u)
@@ -786,14 +813,14 @@ fn finalize(p: &Planner) -> Vec<Group> {
                 }
             }
         }
-        // A duplicated prologue op is recomputed by each of its consumers: never written.
-        let dup_user = |m: NodeId, u: NodeId| p.owners(u).iter().any(|o| p.groups[*o].as_ref().unwrap().members.contains(&m));
+        // Written: graph outputs, values read through views, and values other kernels read
+        // (a prologue op duplicated into each consumer is recomputed there, not read).
         let outputs: Vec<NodeId> = nodes
             .iter()
             .copied()
             .filter(|m| {
-                p.is_output[m.idx()]
-                    || p.users[m.idx()].iter().any(|u| g.node(*u).op.is_view() || (!w.members.contains(u) && !dup_user(*m, *u)))
+                let (rd, view) = p.readers(*m);
+                p.is_output[m.idx()] || view || !rd.is_empty()
             })
             .collect();
         out.push(Group {

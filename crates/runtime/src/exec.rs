@@ -272,7 +272,7 @@ impl Module {
         let arena_ptr = arena.as_mut_ptr() as *mut u8;
         let out_ptrs: Vec<*mut u8> = outputs.iter_mut().map(|t| t.as_mut_ptr()).collect();
         let ptr_of = |id: NodeId| -> *mut c_void {
-            match plan.locs[&id] {
+            match *plan.locs.get(&id).unwrap_or_else(|| panic!("{}: no location for {id}", g.name)) {
                 Loc::Param(i) => inputs[i].as_ptr() as *mut c_void,
                 Loc::Output(i) => out_ptrs[i] as *mut c_void,
                 // SAFETY: offsets are within `arena_bytes`, which the arena holds.

@@ -9,6 +9,8 @@
 
 pub mod error;
 pub mod exec;
+#[cfg(feature = "jit")]
+pub mod jit;
 pub mod pool;
 pub mod reference;
 pub mod tensor;

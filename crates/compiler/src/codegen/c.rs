@@ -85,7 +85,7 @@ static inline int64_t af_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* The matmul template's inner kernel: C[m][n] += sum_k A[m][k] * B[k][n] on packed panels
  * (A: mlen x klen, row stride lda; B: klen x nlen, row stride ldb; C row stride ldb).
  * Four rows of C share each loaded row of B; the n loop is left to the vectoriser. */
-static void af_gemm_tile(const float *restrict A, const float *restrict B, float *restrict C,
+static inline void af_gemm_tile(const float *restrict A, const float *restrict B, float *restrict C,
                          int64_t mlen, int64_t nlen, int64_t klen, int64_t lda, int64_t ldb) {
     int64_t m = 0;
     for (; m + 4 <= mlen; m += 4) {
@@ -293,17 +293,27 @@ fn operand(
 }
 
 /// The C expression of an elementwise member given its operand expressions.
+/// Values of f16/bf16 type are rounded where they are computed, as the reference does, so a
+/// later `cast` to f32 sees the same value; arithmetic itself is f32.
+fn round_to(d: DType, e: String) -> String {
+    match d {
+        DType::F32 => e,
+        DType::F16 => format!("af_round_f16({e})"),
+        DType::BF16 => format!("af_round_bf16({e})"),
+    }
+}
+
 fn member_expr(g: &Graph, sp: &Space, id: NodeId, ops: &[String], col: &str) -> String {
+    round_to(g.node(id).dtype, member_expr_raw(g, sp, id, ops, col))
+}
+
+fn member_expr_raw(g: &Graph, sp: &Space, id: NodeId, ops: &[String], col: &str) -> String {
     let n = g.node(id);
     match &n.op {
         Op::Unary(u) => unary_c(*u, &ops[0]),
         Op::Binary(b) => binary_c(*b, &ops[0], &ops[1]),
         Op::Copy => ops[0].clone(),
-        Op::Cast => match n.dtype {
-            DType::F32 => ops[0].clone(),
-            DType::F16 => format!("af_round_f16({})", ops[0]),
-            DType::BF16 => format!("af_round_bf16({})", ops[0]),
-        },
+        Op::Cast => ops[0].clone(),
         Op::CausalMask => {
             let r = sp.shape.len();
             let row = if r >= 2 { format!("{}_i{}", sp.tag, r - 2) } else { "0".into() };
@@ -390,10 +400,10 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
             let n = g.node(m);
             if let Op::Reduce { kind, .. } = n.op {
                 let v = em.var(m);
-                let e = match kind {
+                let e = round_to(n.dtype, match kind {
                     ReduceKind::Mean => format!("acc{} / (float)N", m.0),
                     _ => format!("acc{}", m.0),
-                };
+                });
                 let _ = writeln!(body, "        const float {v} = {e}; /* {} */", n.name);
             } else {
                 let ops: Vec<String> = n
@@ -541,7 +551,8 @@ fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let _ = writeln!(body, "            const int64_t orow = (bi * M + m0 + m) * N;");
     let _ = writeln!(body, "            for (int64_t n = 0; n < nlen; ++n) {{");
     let _ = writeln!(body, "                const int64_t c = n0 + n;");
-    let _ = writeln!(body, "                const float {} = Cc[m * NC + n]; /* {} */", em.var(anchor), g.node(anchor).name);
+    let acc = round_to(g.node(anchor).dtype, "Cc[m * NC + n]".into());
+    let _ = writeln!(body, "                const float {} = {acc}; /* {} */", em.var(anchor), g.node(anchor).name);
     let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
     let store_all = |m: NodeId, body: &mut String| {
         if outputs.contains(&m) {

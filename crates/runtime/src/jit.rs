@@ -1,0 +1,69 @@
+//! Compile a planned graph variant with the system C compiler into a shared library and load
+//! it (feature `jit`): how tests run many plans of a graph without a build script per plan.
+
+use crate::error::{Error, Result};
+use crate::exec::{AfModule, Module};
+use autofusion_compiler::{target::Target, Unit, Variant};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::Path;
+use std::process::Command;
+
+extern "C" {
+    fn dlopen(filename: *const c_char, flag: c_int) -> *mut c_void;
+    fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void;
+    fn dlerror() -> *mut c_char;
+}
+const RTLD_NOW: c_int = 2;
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns null or a valid C string.
+    unsafe {
+        let e = dlerror();
+        if e.is_null() {
+            "unknown dlopen error".into()
+        } else {
+            CStr::from_ptr(e).to_string_lossy().into_owned()
+        }
+    }
+}
+
+/// Generate, compile (`$CC`, default `cc`, with `flags`) and load one variant of `unit`.
+/// The library stays loaded for the life of the process.
+pub fn load(unit: &Unit, variant: Variant, target: &Target, dir: &Path, flags: &[&str]) -> Result<Module> {
+    let built = unit.variant(variant, target);
+    let sym = unit.symbol(variant);
+    let err = |msg: String| Error::Module { symbol: sym.clone(), msg };
+    std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
+    let c = dir.join(format!("{sym}.c"));
+    let so = dir.join(format!("{sym}.so"));
+    std::fs::write(&c, &built.c.code).map_err(|e| err(format!("cannot write {}: {e}", c.display())))?;
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-O2", "-fPIC", "-shared", "-fno-math-errno", "-Wall", "-Werror"])
+        .args(flags)
+        .arg("-o")
+        .arg(&so)
+        .arg(&c)
+        .arg("-lm")
+        .output()
+        .map_err(|e| err(format!("cannot run `{cc}`: {e}")))?;
+    if !out.status.success() {
+        return Err(err(format!("`{cc}` failed on {}:\n{}", c.display(), String::from_utf8_lossy(&out.stderr))));
+    }
+    let path = CString::new(so.to_string_lossy().as_bytes()).unwrap();
+    let name = CString::new(sym.clone()).unwrap();
+    // SAFETY: plain dlopen/dlsym of a library we just built; the symbol has the signature
+    // `const af_module *(void)` by construction of the code generator.
+    unsafe {
+        let h = dlopen(path.as_ptr(), RTLD_NOW);
+        if h.is_null() {
+            return Err(err(dl_error()));
+        }
+        let f = dlsym(h, name.as_ptr());
+        if f.is_null() {
+            return Err(err(dl_error()));
+        }
+        let f: extern "C" fn() -> *const AfModule = std::mem::transmute(f);
+        Module::from_raw(f(), &sym)
+    }
+}

@@ -1,0 +1,65 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use autofusion::{tolerance, Module, Tensor};
+use autofusion_compiler::ir::{Graph, Op};
+
+/// Random inputs for every parameter of `g` with the dynamic dims bound to `dims` (in
+/// `g.dyn_dims` order). Norm gains are 1 + N(0, 0.1); weights (rank >= 2 from the second
+/// parameter on) N(0, 1/sqrt(fan_in)); everything else N(0, 1).
+pub fn inputs(g: &Graph, dims: &[i64], seed: u64) -> Vec<Tensor> {
+    let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+    g.param_nodes()
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let n = g.node(*id);
+            let shape: Vec<usize> = n.shape.iter().map(|d| d.eval(&bind).unwrap() as usize).collect();
+            let name = &g.params[i];
+            let seed = seed * 1000 + i as u64;
+            let t = if name.contains("norm") || name.ends_with("_g") || name == "g" {
+                let r = Tensor::randn(&shape, 0.1, seed);
+                Tensor::from_f32(&shape, r.to_f32_vec().iter().map(|v| v + 1.0).collect()).unwrap()
+            } else if i > 0 && shape.len() >= 2 && !matches!(name.as_str(), "cos" | "sin" | "y" | "r") {
+                Tensor::randn(&shape, 1.0 / (shape[shape.len() - 2] as f32).sqrt(), seed)
+            } else {
+                Tensor::randn(&shape, 1.0, seed)
+            };
+            t.to_dtype(n.dtype).unwrap()
+        })
+        .collect()
+}
+
+/// Assert `got` matches `want` within the tolerance of each output's dtype.
+pub fn assert_close(what: &str, got: &[Tensor], want: &[Tensor]) {
+    assert_eq!(got.len(), want.len(), "{what}: number of outputs");
+    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        let (rtol, atol) = tolerance(b.dtype());
+        let err = a.max_abs_diff(b).unwrap();
+        assert!(
+            a.allclose(b, rtol, atol).unwrap(),
+            "{what}: output {k} ({:?} {}) differs from the reference: max abs diff {err:e} (rtol {rtol:e}, atol {atol:e})",
+            b.shape(),
+            b.dtype()
+        );
+    }
+}
+
+/// Fused and unfused modules against the reference at each value of the graph's first
+/// dynamic dim.
+pub fn check_module(what: &str, m: &Module, values: &[i64]) {
+    let g = m.graph();
+    for &s in values {
+        let dims = vec![s; g.dyn_dims.len()];
+        let ins = inputs(g, &dims, s as u64);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let want = m.reference(&refs).unwrap();
+        let got = m.run(&refs).unwrap();
+        assert_close(&format!("{what} at {:?} = {s}", g.dyn_dims), &got, &want);
+    }
+}
+
+/// Number of ops that run as kernels.
+pub fn kernel_ops(g: &Graph) -> usize {
+    g.nodes.iter().filter(|n| !matches!(n.op, Op::Param { .. } | Op::Const { .. }) && !n.op.is_view()).count()
+}
