@@ -143,6 +143,8 @@ enum Val {
     T(NodeId),
     Scalar(f64),
     Tuple(Vec<NodeId>),
+    /// A binding whose value had an error (already reported): uses stay silent.
+    Poison,
 }
 
 struct Lower<'a> {
@@ -313,6 +315,7 @@ impl<'a> Lower<'a> {
     fn tensor(&mut self, v: Val, span: Span, what: &str) -> Option<NodeId> {
         match v {
             Val::T(id) => Some(id),
+            Val::Poison => None,
             Val::Scalar(_) => {
                 self.diags.push(Diag::new(span, format!("{what} must be a tensor, found a scalar")));
                 None
@@ -330,6 +333,7 @@ impl<'a> Lower<'a> {
     fn scalar(&mut self, e: &Expr, what: &str) -> Option<f64> {
         match self.expr(e)? {
             Val::Scalar(v) => Some(v),
+            Val::Poison => None,
             _ => {
                 self.diags.push(Diag::new(e.span(), format!("{what} must be a constant scalar")));
                 None
@@ -361,6 +365,7 @@ impl<'a> Lower<'a> {
 
     fn binary(&mut self, op: BinaryOp, a: Val, b: Val, sa: Span, sb: Span, whole: Span) -> Option<Val> {
         match (a, b) {
+            (Val::Poison, _) | (_, Val::Poison) => None,
             (Val::Scalar(x), Val::Scalar(y)) => Some(Val::Scalar(op.eval(x, y))),
             (a, b) => {
                 let dtype = match (&a, &b) {
@@ -394,7 +399,7 @@ impl<'a> Lower<'a> {
                     return Some(Val::Scalar(v as f64));
                 }
                 let mut d = Diag::new(p.span(), format!("unknown variable `{n}`"));
-                if let Some(close) = self.env.keys().filter(|k| edit1(k, &n)).min() {
+                if let Some(close) = suggest(&n, self.env.keys().map(|k| k.as_str())) {
                     d = d.help(format!("a variable with a similar name exists: `{close}`"));
                 }
                 self.diags.push(d);
@@ -402,6 +407,7 @@ impl<'a> Lower<'a> {
             }
             Expr::Unary(u) if matches!(u.op, syn::UnOp::Neg(_)) => match self.expr(&u.expr)? {
                 Val::Scalar(v) => Some(Val::Scalar(-v)),
+                Val::Poison => None,
                 v => {
                     let t = self.tensor(v, u.expr.span(), "the operand of `-`")?;
                     self.emit(Op::Unary(UnaryOp::Neg), vec![t], &[u.expr.span()], e.span(), None).map(Val::T)
@@ -491,6 +497,7 @@ impl<'a> Lower<'a> {
             }
             return match self.expr(args[0])? {
                 Val::Scalar(v) => Some(Val::Scalar(u.eval(v))),
+                Val::Poison => None,
                 v => {
                     let t = self.tensor(v, spans[0], "the operand")?;
                     self.emit(Op::Unary(*u), vec![t], &spans, whole, None).map(Val::T)
@@ -741,7 +748,7 @@ impl<'a> Lower<'a> {
             }
             _ => {
                 let mut d = Diag::new(ident.span(), format!("unknown op `{name}`"));
-                if let Some(k) = KNOWN_OPS.iter().find(|k| edit1(k, &name)) {
+                if let Some(k) = suggest(&name, KNOWN_OPS.iter().copied()) {
                     d = d.help(format!("did you mean `{k}`?"));
                 } else {
                     d = d.help("see the op table in the autofusion docs: matmul, linear, layer_norm, softmax, silu, ...");
@@ -768,13 +775,16 @@ impl<'a> Lower<'a> {
                     return;
                 }
                 match &l.pat {
-                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() => {
-                        self.cur_name = pi.ident.to_string();
-                        let v = self.expr(&init.expr);
-                        self.name_last(&pi.ident.to_string());
-                        if let Some(v) = v {
-                            self.env.insert(pi.ident.to_string(), v);
+                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                        if let Some(m) = &pi.mutability {
+                            self.diags.push(
+                                Diag::new(m.span(), "`let mut` is not supported: graph values are immutable")
+                                    .help("bind each step to a new name: `let h2 = silu(h);`"),
+                            );
                         }
+                        self.cur_name = pi.ident.to_string();
+                        let v = self.expr(&init.expr).unwrap_or(Val::Poison);
+                        self.env.insert(pi.ident.to_string(), v);
                     }
                     Pat::Tuple(pt) => {
                         let names: Option<Vec<_>> = pt
@@ -797,12 +807,19 @@ impl<'a> Lower<'a> {
                                     self.env.insert(n.to_string(), Val::T(id));
                                 }
                             }
-                            Some(Val::Tuple(ids)) => self.diags.push(Diag::new(
-                                pt.span(),
-                                format!("the pattern binds {} names but the value has {} parts", names.len(), ids.len()),
-                            )),
-                            Some(_) => self.diags.push(Diag::new(init.expr.span(), "expected a tuple value (from `split`)")),
-                            None => {}
+                            other => {
+                                match other {
+                                    Some(Val::Tuple(ids)) => self.diags.push(Diag::new(
+                                        pt.span(),
+                                        format!("the pattern binds {} names but the value has {} parts", names.len(), ids.len()),
+                                    )),
+                                    Some(Val::Poison) | None => {}
+                                    Some(_) => self.diags.push(Diag::new(init.expr.span(), "expected a tuple value (from `split`)")),
+                                }
+                                for n in &names {
+                                    self.env.insert(n.to_string(), Val::Poison);
+                                }
+                            }
                         }
                     }
                     p => self.diags.push(
@@ -829,15 +846,6 @@ impl<'a> Lower<'a> {
             Stmt::Item(i) => self.diags.push(Diag::new(i.span(), "unsupported statement: items are not allowed in a fused graph")),
         }
     }
-
-    /// The last node created by a `let` takes the binding's name; intermediate ones keep it as a prefix.
-    fn name_last(&mut self, name: &str) {
-        if let Some(n) = self.nodes.last_mut() {
-            if n.name == name && !matches!(n.op, Op::Const { .. } | Op::Param { .. }) {
-                n.name = name.to_string();
-            }
-        }
-    }
 }
 
 fn is_int_lit(e: &Expr) -> bool {
@@ -856,22 +864,37 @@ fn short(s: &str) -> String {
     }
 }
 
-/// One edit apart (substitution, insertion or deletion): for "did you mean" hints.
-fn edit1(a: &str, b: &str) -> bool {
+/// Optimal-string-alignment distance (edits and adjacent transpositions).
+fn distance(a: &str, b: &str) -> usize {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    if a == b {
-        return false;
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in 0..=a.len() {
+        d[i][0] = i;
     }
-    let (s, l) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
-    if l.len() - s.len() > 1 {
-        return false;
+    for j in 0..=b.len() {
+        d[0][j] = j;
     }
-    let p = s.iter().zip(l.iter()).take_while(|(x, y)| x == y).count();
-    if s.len() == l.len() {
-        s[p + 1..] == l[p + 1..]
-    } else {
-        s[p..] == l[p + 1..]
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
     }
+    d[a.len()][b.len()]
+}
+
+/// The closest candidate worth suggesting for a misspelt `name`.
+fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = if name.chars().count() <= 3 { 1 } else { 2 };
+    candidates
+        .filter(|c| *c != name && c.chars().count() >= 3)
+        .map(|c| (distance(c, name), c))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, c)| c)
 }
 
 pub const KNOWN_OPS: &[&str] = &[
@@ -942,6 +965,8 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
             let id = lw.push(Op::Param { index: i }, vec![], dtype, shape.clone(), pi.ident.span());
             lw.env.insert(name.clone(), Val::T(id));
             params.push((name, dtype, shape));
+        } else {
+            lw.env.insert(name.clone(), Val::Poison);
         }
     }
     // Dims that are not a whole axis of some parameter cannot be bound at run time.
@@ -1016,7 +1041,7 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
                     lw.diags.push(Diag::new(e.span(), "a graph must return tensors, not a scalar"));
                     None
                 }
-                None => None,
+                Some(Val::Poison) | None => None,
             };
             if let Some(ids) = vals {
                 let elems: Vec<Span> = match e {
@@ -1073,10 +1098,13 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn edit_distance_one() {
-        assert!(super::edit1("matmul", "matmu"));
-        assert!(super::edit1("softmax", "sofmax"));
-        assert!(super::edit1("silu", "silv"));
-        assert!(!super::edit1("silu", "gelu_tanh"));
+    fn suggestions_catch_typos_not_unrelated_names() {
+        let ops = || super::KNOWN_OPS.iter().copied();
+        assert_eq!(super::suggest("layer_nrom", ops()), Some("layer_norm"));
+        assert_eq!(super::suggest("gleu", ops()), Some("gelu"));
+        assert_eq!(super::suggest("sofmax", ops()), Some("softmax"));
+        assert_eq!(super::suggest("frobnicate", ops()), None);
+        // Short names only match very close ones, and never a one-letter variable.
+        assert_eq!(super::suggest("h", ["x", "h2"].into_iter()), None);
     }
 }

@@ -1,0 +1,8 @@
+use autofusion::prelude::*;
+
+#[fused_graph(dims(D = 8))]
+fn g(x: Tensor<f32, {[S, D]}>) -> Tensor<f32, {[T, D]}> {
+    silu(x)
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use autofusion::prelude::*;
+
+#[fused_graph(dims(D = 8))]
+fn g(x: Tensor<f32, {[S, D]}>) -> Tensor<f32, {[S, D]}> {
+    let h = x.exp();
+    if true { h } else { x }
+}
+
+fn main() {}
