@@ -97,8 +97,18 @@ fn contiguous(nodes: &[Node], id: NodeId) -> bool {
     }
 }
 
+/// Check a pass's result in debug builds and tests (the verifier after every pass).
+fn checked(pass: &str, g: Graph) -> Graph {
+    if cfg!(debug_assertions) {
+        if let Err(e) = ir::verify(&g) {
+            panic!("IR verifier failed after `{pass}`: {e}\n{}", g.dump());
+        }
+    }
+    g
+}
+
 pub fn canonicalize(g: &Graph) -> Graph {
-    let g = cse(g);
+    let g = checked("cse", cse(g));
     let mut b = B { nodes: Vec::new(), name: String::new(), line: 0, consts: HashMap::new() };
     let mut map: Vec<NodeId> = Vec::with_capacity(g.nodes.len());
     for n in &g.nodes {
@@ -205,8 +215,9 @@ pub fn canonicalize(g: &Graph) -> Graph {
         }
         outputs.push(id);
     }
-    let out = Graph { nodes: b.nodes, outputs, ..g.clone() };
-    dce(&cse(&out))
+    let out = checked("expand", Graph { nodes: b.nodes, outputs, ..g.clone() });
+    let out = checked("cse", cse(&out));
+    checked("dce", dce(&out))
 }
 
 /// Common-subexpression elimination over structurally equal nodes (params never merge).

@@ -1,0 +1,164 @@
+//! Snapshot tests of IR dumps, plans and generated code (bless with `UPDATE_EXPECT=1`).
+
+use autofusion_compiler::{find_graphs, plan::describe, report, target::Target, Unit, Variant};
+use expect_test::{expect, expect_file, Expect};
+
+fn first_graph(src: &str) -> (syn::ItemFn, proc_macro2::TokenStream) {
+    let file = syn::parse_file(src).unwrap();
+    let (f, attr) = find_graphs(&file.items).remove(0);
+    (f.clone(), attr)
+}
+
+fn unit(src: &str) -> Unit {
+    let (f, attr) = first_graph(src);
+    Unit::parse(attr, &f).unwrap_or_else(|d| panic!("{}", d.render("test", src)))
+}
+
+fn seed_src() -> String {
+    std::fs::read_to_string("../../examples/seed_layer.rs").unwrap()
+}
+
+fn seed() -> Unit {
+    unit(&seed_src())
+}
+
+/// A fixed target, so snapshots do not depend on this machine's caches.
+fn target() -> Target {
+    Target { onchip_bytes: 1 << 20, ..Target::host() }
+}
+
+const FFN: &str = r#"
+#[fused_graph(dims(D = 8, F = 16))]
+fn ffn(x: Tensor<f32, {[S, D]}>, g: Tensor<f32, {[D]}>, w1: Tensor<f32, {[D, F]}>, b1: Tensor<f32, {[F]}>, w2: Tensor<f32, {[F, D]}>) -> Tensor<f32, {[S, D]}> {
+    let h = rms_norm(x, g, 1e-6);
+    x + matmul(silu(linear(h, w1, b1)), w2)
+}
+"#;
+
+#[test]
+fn ir_dump_before_and_after_canonicalize() {
+    let u = unit(FFN);
+    expect![[r#"
+        graph ffn(x, g, w1, b1, w2) dyn[S]
+          %0 = param[#0]() : f32[S, 8]  // x
+          %1 = param[#1]() : f32[8]  // g
+          %2 = param[#2]() : f32[8, 16]  // w1
+          %3 = param[#3]() : f32[16]  // b1
+          %4 = param[#4]() : f32[16, 8]  // w2
+          %5 = rms_norm[eps=1e-6](%0, %1) : f32[S, 8]  // h
+          %6 = linear(%5, %2, %3) : f32[S, 16]  // out
+          %7 = silu(%6) : f32[S, 16]  // out
+          %8 = matmul(%7, %4) : f32[S, 8]  // out
+          %9 = add(%0, %8) : f32[S, 8]  // out
+          return %9
+    "#]]
+    .assert_eq(&u.lowered.graph.dump());
+    expect![[r#"
+        graph ffn(x, g, w1, b1, w2) dyn[S]
+          %0 = param[#0]() : f32[S, 8]  // x
+          %1 = param[#1]() : f32[8]  // g
+          %2 = param[#2]() : f32[8, 16]  // w1
+          %3 = param[#3]() : f32[16]  // b1
+          %4 = param[#4]() : f32[16, 8]  // w2
+          %5 = mul(%0, %0) : f32[S, 8]  // h.sq
+          %6 = reduce_mean[axis=1](%5) : f32[S, 1]  // h.ms
+          %7 = const[1e-6]() : f32[]  // 1e-6
+          %8 = add(%6, %7) : f32[S, 1]  // h.ms_eps
+          %9 = rsqrt(%8) : f32[S, 1]  // h.rrms
+          %10 = mul(%0, %9) : f32[S, 8]  // h.normed
+          %11 = mul(%10, %1) : f32[S, 8]  // h
+          %12 = matmul(%11, %2) : f32[S, 16]  // out.mm
+          %13 = add(%12, %3) : f32[S, 16]  // out
+          %14 = silu(%13) : f32[S, 16]  // out
+          %15 = matmul(%14, %4) : f32[S, 8]  // out
+          %16 = add(%0, %15) : f32[S, 8]  // out
+          return %16
+    "#]]
+    .assert_eq(&u.graph.dump());
+}
+
+fn check_plan(level: u8, want: Expect) {
+    let (item, attr) = first_graph(&seed_src());
+    let mut o = autofusion_compiler::front::parse_options(attr).unwrap();
+    o.opt_level = level;
+    let u = Unit::with_options(o, &item).unwrap();
+    let b = u.variant(Variant::Fused, &target());
+    let lines: Vec<String> = b.plan.groups.iter().enumerate().map(|(k, g)| {
+        let rules: Vec<&str> = g.rules.iter().map(|r| r.name()).collect();
+        format!("k{k} [{}] {}", rules.join(","), describe(&u.graph, g))
+    }).collect();
+    want.assert_eq(&(lines.join("\n") + "\n"));
+}
+
+#[test]
+fn seed_layer_plans_per_opt_level() {
+    check_plan(1, expect![[r#"
+        k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+        k1 [] q: matmul
+        k2 [] q: add
+        k3 [] k: matmul
+        k4 [] k: add
+        k5 [] v: matmul
+        k6 [] v: add
+        k7 [] scores: matmul
+        k8 [elementwise_chain,reduce_epilogue] scores: mul; p: reduce_max sub exp reduce_sum div
+        k9 [] a: matmul
+        k10 [] a: copy
+        k11 [] x1: matmul
+        k12 [elementwise_chain,reduce_epilogue,add_norm] x1: add add; h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+        k13 [] f: matmul
+        k14 [elementwise_chain] f: add silu
+        k15 [] out: matmul
+        k16 [elementwise_chain] out: add add
+    "#]]);
+    check_plan(2, expect![[r#"
+        k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt
+        k1 [elementwise_chain,linear_epilogue,norm_linear_prologue] h: sub mul mul add; q: matmul add
+        k2 [elementwise_chain,linear_epilogue,norm_linear_prologue] h: sub mul mul add; k: matmul add
+        k3 [elementwise_chain,linear_epilogue,norm_linear_prologue] h: sub mul mul add; v: matmul add
+        k4 [linear_epilogue] scores: matmul mul
+        k5 [elementwise_chain,reduce_epilogue] p: reduce_max sub exp reduce_sum
+        k6 [norm_linear_prologue] p: div; a: matmul
+        k7 [] a: copy
+        k8 [linear_epilogue] x1: matmul add add
+        k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt
+        k10 [elementwise_chain,linear_epilogue,norm_linear_prologue] h2: sub mul mul add; f: matmul add silu
+        k11 [linear_epilogue] out: matmul add add
+    "#]]);
+}
+
+#[test]
+fn generated_c_snapshot() {
+    let u = unit(FFN);
+    let b = u.variant(Variant::Fused, &target());
+    expect_file!["snapshots/ffn_fused.c"].assert_eq(&b.c.code);
+}
+
+#[test]
+fn plans_and_code_are_deterministic() {
+    let (a, b) = (seed(), seed());
+    assert_eq!(a.hash, b.hash);
+    for v in [Variant::Fused, Variant::Unfused] {
+        let (x, y) = (a.variant(v, &target()), b.variant(v, &target()));
+        assert_eq!(report::plan_json(&a.graph, &x.plan), report::plan_json(&b.graph, &y.plan));
+        assert_eq!(x.c.code, y.c.code);
+    }
+}
+
+#[test]
+fn the_report_explains_every_candidate() {
+    let u = seed();
+    let b = u.variant(Variant::Fused, &target());
+    let j: serde_json::Value = serde_json::from_str(&report::plan_json(&u.graph, &b.plan)).unwrap();
+    let cands = j["candidates"].as_array().unwrap();
+    assert!(!cands.is_empty());
+    for c in cands {
+        match c["decision"].as_str().unwrap() {
+            "accepted" => assert!(c["step"].as_u64().unwrap() >= 1),
+            "rejected" => assert!(!c["reason"].as_str().unwrap().is_empty(), "{c}"),
+            d => panic!("decision {d}"),
+        }
+    }
+    let md = report::report_md(&u.graph, &b.plan, &report::summary(&u.graph, &b.plan, &[]));
+    assert!(md.contains("| k0 |") && md.contains("## Candidates"));
+}
