@@ -1,1 +1,3 @@
-fn main(){}
+fn main() {
+    autofusion_build::Builder::new().file("src/layers.rs").compile("demo_layers");
+}

@@ -111,6 +111,11 @@ impl Builder {
         self.options.verbose = Some(v);
         self
     }
+    /// Write generated files under `dir` instead of `$OUT_DIR`.
+    pub fn out_dir(&mut self, dir: impl AsRef<Path>) -> &mut Builder {
+        self.options.out_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
     /// Replace all options.
     pub fn options(&mut self, o: Options) -> &mut Builder {
         self.options = o;

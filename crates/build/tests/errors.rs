@@ -1,0 +1,68 @@
+//! Errors found by build.rs are rendered with file:line:col, what and a hint, and `compile()`
+//! exits with status 1 without a panic.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const BAD: &str = r#"use autofusion::prelude::*;
+
+#[fused_graph(dims(D = 8), opt_level = 9)]
+pub fn layer(x: Tensor<f32, {[S, D]}>, w: Tensor<f32, {[D, D]}>) -> Tensor<f32, {[S, D]}> {
+    let hidden = matmul(x, w);
+    silu(hiden)
+}
+"#;
+
+fn fixture(name: &str, src: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("layers.rs");
+    std::fs::write(&f, src).unwrap();
+    f
+}
+
+#[test]
+fn errors_are_rendered_with_locations() {
+    let f = fixture("bad_graph", BAD);
+    let e = autofusion_build::Builder::new().file(&f).out_dir(f.parent().unwrap()).try_compile("x").unwrap_err();
+    let shown = f.display().to_string();
+    assert!(e.rendered.contains(&format!("error: bad value for `opt_level`: `9`\n  --> {shown}:3:40")), "{e}");
+    assert!(e.rendered.contains(&format!("error: unknown variable `hiden`\n  --> {shown}:6:10")), "{e}");
+    assert!(e.rendered.contains("6 |     silu(hiden)\n  |          ^^^^^"), "{e}");
+    assert!(e.rendered.contains("= help: a variable with a similar name exists: `hidden`"), "{e}");
+}
+
+#[test]
+fn missing_files_and_duplicate_names_are_errors() {
+    let e = autofusion_build::Builder::new().file("no/such/file.rs").out_dir(env!("CARGO_TARGET_TMPDIR")).try_compile("x").unwrap_err();
+    assert!(e.rendered.starts_with("error: cannot read `no/such/file.rs`"), "{e}");
+    let g = "#[fused_graph(dims(D = 4))]\nfn twin(x: Tensor<f32, {[S, D]}>) -> Tensor<f32, {[S, D]}> { silu(x) }\n";
+    let a = fixture("twin_a", g);
+    let b = fixture("twin_b", g);
+    let e = autofusion_build::Builder::new().file(&a).file(&b).out_dir(a.parent().unwrap()).try_compile("x").unwrap_err();
+    assert!(e.rendered.contains("two fused graphs are named `twin`"), "{e}");
+}
+
+/// Re-entered by `compile_exits_with_status_1` in a child process.
+#[test]
+fn child_compile_bad_graph() {
+    if std::env::var("AUTOFUSION_BUILD_TEST_CHILD").is_err() {
+        return;
+    }
+    let f = fixture("bad_graph_child", BAD);
+    autofusion_build::Builder::new().file(&f).out_dir(f.parent().unwrap()).compile("x");
+    unreachable!("compile() returns only on success");
+}
+
+#[test]
+fn compile_exits_with_status_1() {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_compile_bad_graph", "--nocapture", "--test-threads=1"])
+        .env("AUTOFUSION_BUILD_TEST_CHILD", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error: unknown variable `hiden`"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
