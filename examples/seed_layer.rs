@@ -90,6 +90,9 @@ fn main() -> Result<()> {
     };
     let module = seed_layer::module()?;
     println!("seed layer: d {d}, 8 heads, ffn {f}, S = {seq}, f32, {} threads", autofusion_runtime::pool::pool().threads());
+    for line in &module.meta().summary {
+        println!("{line}");
+    }
     println!("plan (opt_level 2): {} ops -> {} kernels", module.op_count(), module.kernel_names().len());
     for (name, ops) in module.kernel_names() {
         println!("  {name:<24} {ops}");

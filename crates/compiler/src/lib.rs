@@ -52,6 +52,8 @@ pub struct ModuleMeta {
     pub variant: String,
     pub graph: ir::Graph,
     pub kernels: Vec<abi::KernelMeta>,
+    /// The plan summary lines (DESIGN.md section 5), without the generated-files line.
+    pub summary: Vec<String>,
 }
 
 /// One `#[fused_graph]` function, parsed, checked and canonicalised.
@@ -142,6 +144,8 @@ impl Unit {
             level,
             target.name
         );
+        let mut summary = report::summary(&self.graph, &plan, &[]);
+        summary.pop();
         let meta = |kernels: &[abi::KernelMeta]| {
             serde_json::to_string(&ModuleMeta {
                 abi: abi::ABI_VERSION,
@@ -149,6 +153,7 @@ impl Unit {
                 variant: v.name().into(),
                 graph: self.graph.clone(),
                 kernels: kernels.to_vec(),
+                summary: summary.clone(),
             })
             .expect("metadata serialises")
         };
