@@ -649,13 +649,11 @@ impl<'a> Planner<'a> {
             }
         }
         // Users in the other consumers are fine: each gets its own copy.
-        let mut pseudo = WGroup { kind: wa.kind, members: wa.members.clone(), anchor: None, rules: BTreeSet::new() };
         let others: BTreeSet<NodeId> = all
             .iter()
             .filter(|x| **x != c)
             .flat_map(|x| self.groups[*x].as_ref().unwrap().members.iter().copied())
             .collect();
-        let _ = &mut pseudo;
         let anchor = wc.anchor.unwrap();
         let prologue = self.ancestors_in(wc, anchor);
         let a_shape = &self.g.node(self.g.node(anchor).inputs[0]).shape;
