@@ -6,7 +6,7 @@ mod common;
 
 use autofusion::Tensor;
 use autofusion_compiler::front::{parse_options, Options};
-use autofusion_compiler::plan::{Rule, RuleSet};
+use autofusion_compiler::plan::{GroupKind, Rule, RuleSet};
 use autofusion_compiler::{find_graphs, target::Target, Unit, Variant};
 use std::path::PathBuf;
 
@@ -63,6 +63,14 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
             let unit = Unit::with_options(opts, &item).unwrap();
             let m = autofusion_runtime::jit::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
             kernel_counts.push((label.clone(), m.kernel_names().len()));
+            // Attention becomes one flash kernel at opt_level 3 (and only there).
+            let flash = unit.variant(Variant::Fused, &target).plan.groups.iter().filter(|g| g.kind == GroupKind::FlashAttention).count();
+            let attention_layers = ["seed_layer", "bert_layer", "llama_block"];
+            if level == 3 && rules == RuleSet::all() && attention_layers.contains(&name.as_str()) {
+                assert_eq!(flash, 1, "{name}: one flash-attention kernel at {label}");
+            } else if level < 3 || !rules.contains(Rule::FlashAttention) {
+                assert_eq!(flash, 0, "{name}: no flash attention at {label}");
+            }
             for (s, ins, want) in &cases {
                 let refs: Vec<&Tensor> = ins.iter().collect();
                 let got = m.run(&refs).unwrap();

@@ -40,6 +40,9 @@ pub enum Work {
     Rows { rows: DimExpr, n: DimExpr, row_buffers: u32 },
     /// `batch` independent `m x k` by `k x n` products; scratch holds the packed panels.
     MatMul { batch: DimExpr, m: DimExpr, n: DimExpr, k: DimExpr },
+    /// `batch` attention problems of `sq` queries over `sk` keys, head dims `d` (QK) and `dv`
+    /// (V); `mc`/`nc` of the tiling are the query and key block sizes.
+    Flash { batch: DimExpr, sq: DimExpr, sk: DimExpr, d: DimExpr, dv: DimExpr },
 }
 
 /// What the runtime needs to launch one kernel.

@@ -17,6 +17,7 @@
 pub mod abi;
 pub mod canon;
 pub mod codegen;
+pub mod cost;
 pub mod diag;
 pub mod dim;
 pub mod front;

@@ -2,11 +2,13 @@
 //! rejects what cannot be one kernel (each with a reason code), a simple benefit estimate in
 //! microseconds ranks the rest, and merges are applied greedily, best first, deterministically.
 
-use crate::dim::{numel, DimExpr, Shape};
+use crate::cost::KernelCost;
+use crate::dim::{DimExpr, Shape};
 use crate::ir::{Graph, NodeId, Op};
 use crate::target::Target;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -58,7 +60,7 @@ impl Rule {
     /// Rules this version of the planner forms groups for. The others are accepted by name (so
     /// option lists stay valid) and reported as not implemented yet.
     pub fn implemented(self) -> bool {
-        self.min_opt_level() <= 2
+        !matches!(self, Rule::QkvHorizontal | Rule::Pipeline)
     }
 }
 
@@ -90,7 +92,7 @@ impl RuleSet {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GroupKind {
     /// Row-wise loop over an iteration space: elementwise ops and last-axis reductions.
@@ -99,6 +101,8 @@ pub enum GroupKind {
     MatMul,
     /// A concatenation (copy kernel).
     Concat,
+    /// QK^T, scale, mask, softmax and PV as one online-softmax kernel (no S x S tensor).
+    FlashAttention,
 }
 
 /// A kernel of the plan.
@@ -114,6 +118,8 @@ pub struct Group {
     pub outputs: Vec<NodeId>,
     /// Materialised values the kernel reads (parameters or other kernels' outputs).
     pub inputs: Vec<NodeId>,
+    /// The modelled cost at the kernel's best feasible tiling (for the planning hints).
+    pub cost: Option<crate::cost::KernelCost>,
 }
 
 /// Why a candidate merge was not taken. `code()` is the stable reason code of reports.
@@ -162,20 +168,33 @@ pub enum Decision {
     Rejected { reason: Reason, detail: String },
 }
 
-/// One scored merge: the producer group(s) into the consumer group(s).
+/// One scored merge: the producer group into the consumer group(s). Every time is in us.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
     pub rule: Option<Rule>,
     pub producer: Vec<NodeId>,
     /// Consumer groups (more than one when the producer is duplicated into each).
     pub consumers: Vec<Vec<NodeId>>,
-    pub bytes_saved: i64,
-    pub launches_saved: i64,
-    /// Extra bytes read because a producer is recomputed in several consumers.
-    pub recompute_bytes: i64,
+    /// Sum of the parts' modelled times.
+    pub parts_us: f64,
+    /// The fused kernel's modelled time (0 when it could not be costed).
+    pub fused_us: f64,
+    /// `parts_us - fused_us`.
     pub benefit_us: f64,
-    /// Planned on-chip bytes of the fused kernel per block.
-    pub onchip_bytes: u64,
+    /// The benefit a merge must beat: max(0.5 us, 3 % of the parts).
+    pub margin_us: f64,
+    /// Off-chip bytes no longer moved (net of re-reads and recomputed inputs) and their time.
+    pub bytes_saved: i64,
+    pub bytes_saved_us: f64,
+    pub launches_saved: i64,
+    pub launches_saved_us: f64,
+    /// Fused execution at its best feasible tiling minus at its best tiling ignoring capacity.
+    pub tiling_loss_us: f64,
+    /// Extra compute time from work the fused kernel repeats.
+    pub recompute_us: f64,
+    /// On-chip bytes per core of the fused kernel, per memory.
+    pub onchip: Vec<(String, u64)>,
+    pub tiling: Option<crate::cost::Tiling>,
     pub decision: Decision,
 }
 
@@ -188,10 +207,95 @@ pub struct Plan {
     pub hints: Vec<(String, i64)>,
     pub groups: Vec<Group>,
     pub candidates: Vec<Candidate>,
-    /// Sum of the benefits of accepted merges (estimate).
-    pub benefit_us: f64,
-    pub bytes_saved: i64,
+    /// Modelled time of the plan and of one kernel per op, us.
+    pub total_us: f64,
+    pub unfused_us: f64,
+    /// Off-chip bytes of the plan and of one kernel per op.
+    pub bytes: f64,
+    pub unfused_bytes: f64,
     pub launches_saved: i64,
+}
+
+impl Plan {
+    pub fn benefit_us(&self) -> f64 {
+        self.unfused_us - self.total_us
+    }
+}
+
+/// The nodes of an attention pattern inside `members`.
+#[derive(Clone, Debug)]
+pub struct FlashParts {
+    pub qk: NodeId,
+    /// Elementwise ops on the scores between QK^T and softmax (scale, mask, causal), in order.
+    pub chain: Vec<NodeId>,
+    /// The last value of the chain (what softmax reads).
+    pub scores: NodeId,
+    pub max: NodeId,
+    pub shift: NodeId,
+    pub exp: NodeId,
+    pub sum: NodeId,
+    pub div: NodeId,
+    pub pv: NodeId,
+}
+
+fn single_user(users: &[Vec<NodeId>], g: &Graph, id: NodeId) -> Option<NodeId> {
+    (users[id.idx()].len() == 1 && !g.outputs.contains(&id)).then(|| users[id.idx()][0])
+}
+
+/// Match QK^T -> (scale | mask | causal)* -> softmax -> .V starting at the matmul `qk`.
+pub fn match_flash(g: &Graph, users: &[Vec<NodeId>], qk: NodeId) -> Option<FlashParts> {
+    use crate::ir::{BinaryOp, ReduceKind, UnaryOp};
+    if g.node(qk).op != Op::MatMul || g.node(qk).shape.len() < 2 {
+        return None;
+    }
+    let mut chain = Vec::new();
+    let mut cur = qk;
+    loop {
+        let Some(u) = single_user(users, g, cur) else { break };
+        let n = g.node(u);
+        let scalar = |i: usize| matches!(g.node(n.inputs[i]).op, Op::Const { .. });
+        let ok = match &n.op {
+            Op::Binary(BinaryOp::Mul | BinaryOp::Div) => n.inputs[0] == cur && scalar(1) || n.inputs[1] == cur && scalar(0) && n.op == Op::Binary(BinaryOp::Mul),
+            Op::Binary(BinaryOp::Add) => n.shape == g.node(cur).shape && (n.inputs[0] != n.inputs[1]),
+            Op::CausalMask => true,
+            _ => false,
+        };
+        if !ok {
+            break;
+        }
+        chain.push(u);
+        cur = u;
+    }
+    let scores = cur;
+    let su = &users[scores.idx()];
+    if su.len() != 2 || g.outputs.contains(&scores) {
+        return None;
+    }
+    let r = g.node(scores).shape.len();
+    let max = *su.iter().find(|u| g.node(**u).op == Op::Reduce { kind: ReduceKind::Max, axis: r - 1 })?;
+    let shift = *su.iter().find(|u| g.node(**u).op == Op::Binary(BinaryOp::Sub) && g.node(**u).inputs == vec![scores, max])?;
+    let exp = single_user(users, g, shift).filter(|e| g.node(*e).op == Op::Unary(UnaryOp::Exp))?;
+    let eu = &users[exp.idx()];
+    if eu.len() != 2 || g.outputs.contains(&exp) {
+        return None;
+    }
+    let sum = *eu.iter().find(|u| g.node(**u).op == Op::Reduce { kind: ReduceKind::Sum, axis: r - 1 })?;
+    let div = *eu.iter().find(|u| g.node(**u).op == Op::Binary(BinaryOp::Div) && g.node(**u).inputs == vec![exp, sum])?;
+    if single_user(users, g, max) != Some(shift) || single_user(users, g, sum) != Some(div) {
+        return None;
+    }
+    let pv = single_user(users, g, div).filter(|p| g.node(*p).op == Op::MatMul && g.node(*p).inputs[0] == div)?;
+    Some(FlashParts { qk, chain, scores, max, shift, exp, sum, div, pv })
+}
+
+/// The attention pattern a FlashAttention group holds.
+pub fn flash_parts(g: &Graph, members: &BTreeSet<NodeId>) -> Option<FlashParts> {
+    let users = g.users();
+    members.iter().find_map(|m| match_flash(g, &users, *m)).filter(|f| {
+        let mut all: BTreeSet<NodeId> = f.chain.iter().copied().collect();
+        all.extend([f.qk, f.max, f.shift, f.exp, f.sum, f.div, f.pv]);
+        all == *members
+    })
 }
 
 /// The first node that is not a view, following reshape/transpose/slice inputs.
@@ -229,16 +333,20 @@ pub fn space_of(g: &Graph, members: &[NodeId]) -> Option<Shape> {
     shapes.iter().all(|s| *s == full || *s == row_of(&full)).then_some(full)
 }
 
-const MAX_GROUP_NODES: usize = 32;
+const MAX_GROUP_NODES: usize = 48;
 const MAX_KERNEL_BUFFERS: usize = 24;
-const MARGIN_US: f64 = 0.5;
 
+#[derive(Clone)]
 struct WGroup {
     kind: GroupKind,
     members: BTreeSet<NodeId>,
     anchor: Option<NodeId>,
     rules: BTreeSet<Rule>,
+    /// Bumped on every change (lazy re-scoring).
+    version: u32,
 }
+
+type CostResult = Result<KernelCost, String>;
 
 struct Planner<'a> {
     g: &'a Graph,
@@ -249,19 +357,51 @@ struct Planner<'a> {
     users: Vec<Vec<NodeId>>,
     groups: Vec<Option<WGroup>>,
     is_output: Vec<bool>,
+    cache: RefCell<HashMap<(Vec<NodeId>, GroupKind), CostResult>>,
 }
 
 fn is_member_op(op: &Op) -> bool {
     !matches!(op, Op::Param { .. } | Op::Const { .. }) && !op.is_view()
 }
 
+/// What a candidate changes: the producer group and the consumer groups, with their versions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Move {
+    a: usize,
+    bs: Vec<usize>,
+    versions: Vec<u32>,
+}
+
+struct HeapEntry {
+    benefit: f64,
+    key: (Vec<NodeId>, Vec<Vec<NodeId>>),
+    mv: Move,
+}
+
+impl PartialEq for HeapEntry {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for HeapEntry {}
+impl PartialOrd for HeapEntry {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for HeapEntry {
+    /// Larger benefit first; ties go to the candidate with the smaller node ids.
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.benefit.total_cmp(&o.benefit).then_with(|| o.key.cmp(&self.key))
+    }
+}
+
 impl<'a> Planner<'a> {
     fn est(&self, d: &DimExpr) -> i64 {
         d.estimate(&|s| self.hints.iter().find(|(n, _)| n == s).map(|(_, v)| *v).unwrap_or(128))
     }
-    fn bytes(&self, id: NodeId) -> i64 {
-        let n = self.g.node(id);
-        self.est(&numel(&n.shape)) * n.dtype.size() as i64
+    fn w(&self, i: usize) -> &WGroup {
+        self.groups[i].as_ref().expect("live group")
     }
     fn owners(&self, id: NodeId) -> Vec<usize> {
         (0..self.groups.len()).filter(|&i| self.groups[i].as_ref().is_some_and(|w| w.members.contains(&id))).collect()
@@ -276,7 +416,7 @@ impl<'a> Planner<'a> {
                 view = true;
             }
             for o in self.owners(*u) {
-                if !self.groups[o].as_ref().unwrap().members.contains(&m) {
+                if !self.w(o).members.contains(&m) {
                     gs.insert(o);
                 }
             }
@@ -285,7 +425,7 @@ impl<'a> Planner<'a> {
     }
     /// Groups that group `gi` reads from (through views too).
     fn preds(&self, gi: usize) -> BTreeSet<usize> {
-        let w = self.groups[gi].as_ref().unwrap();
+        let w = self.w(gi);
         let mut out = BTreeSet::new();
         for m in &w.members {
             for i in &self.g.node(*m).inputs {
@@ -293,16 +433,14 @@ impl<'a> Planner<'a> {
                 if w.members.contains(&b) {
                     continue;
                 }
-                for o in self.owners(b) {
-                    out.insert(o);
-                }
+                out.extend(self.owners(b));
             }
         }
+        out.remove(&gi);
         out
     }
-    /// Is there a path from group `a` to group `b` through some other group?
+    /// Is there a path from group `a` to group `b` through a group outside `a`, `b`, `skip`?
     fn indirect_path(&self, a: usize, b: usize, skip: &[usize]) -> bool {
-        // DFS backwards from b over predecessors, not stepping through a directly.
         let mut stack: Vec<usize> = self.preds(b).into_iter().filter(|p| *p != a && !skip.contains(p)).collect();
         let mut seen = BTreeSet::new();
         while let Some(x) = stack.pop() {
@@ -312,24 +450,12 @@ impl<'a> Planner<'a> {
             if !seen.insert(x) {
                 continue;
             }
-            for p in self.preds(x) {
-                if !skip.contains(&p) || p == a {
-                    stack.push(p);
-                }
-            }
+            stack.extend(self.preds(x));
         }
         false
     }
     fn has_reduce(&self, w: &WGroup) -> bool {
         w.members.iter().any(|m| matches!(self.g.node(*m).op, Op::Reduce { .. }))
-    }
-    /// Members of `w` used outside `inside` (or graph outputs, or read through a view).
-    fn escapes(&self, w: &WGroup, inside: &BTreeSet<NodeId>) -> Vec<NodeId> {
-        w.members
-            .iter()
-            .copied()
-            .filter(|m| self.is_output[m.idx()] || self.users[m.idx()].iter().any(|u| !inside.contains(u) || self.g.node(*u).op.is_view()))
-            .collect()
     }
     fn ancestors_in(&self, w: &WGroup, of: NodeId) -> BTreeSet<NodeId> {
         let mut out = BTreeSet::new();
@@ -352,15 +478,27 @@ impl<'a> Planner<'a> {
         }
         Ok(())
     }
-    fn full_width_members(&self, members: &BTreeSet<NodeId>, space: &Shape) -> usize {
-        members.iter().filter(|m| self.g.node(**m).shape == *space).count()
+
+    /// Modelled cost of a kernel holding `members` (memoised by members and kind).
+    fn cost(&self, members: &BTreeSet<NodeId>, kind: GroupKind, anchor: Option<NodeId>) -> CostResult {
+        let key = (members.iter().copied().collect::<Vec<_>>(), kind);
+        if let Some(c) = self.cache.borrow().get(&key) {
+            return c.clone();
+        }
+        let est = |d: &DimExpr| self.est(d);
+        let c = crate::cost::kernel_cost(self.g, &self.users, members, kind, anchor, self.target, &est);
+        self.cache.borrow_mut().insert(key, c.clone());
+        c
+    }
+    fn group_cost(&self, i: usize) -> CostResult {
+        let w = self.w(i);
+        self.cost(&w.members, w.kind, w.anchor)
     }
 
-    /// Classify and check a merge of producer group `a` into consumer group `b`.
-    fn check_pair(&self, a: usize, b: usize) -> Result<(Rule, u64), (Option<Rule>, Reason, String)> {
-        let (wa, wb) = (self.groups[a].as_ref().unwrap(), self.groups[b].as_ref().unwrap());
-        let both: BTreeSet<NodeId> = wa.members.union(&wb.members).copied().collect();
-        // Reads of a producer member through a view cannot be fused (different index space).
+    /// Classify and check a merge of producer group `a` into consumer group `b`; on success the
+    /// merged group's kind and anchor.
+    fn check_pair(&self, a: usize, b: usize) -> Result<(Rule, GroupKind, Option<NodeId>), (Option<Rule>, Reason, String)> {
+        let (wa, wb) = (self.w(a), self.w(b));
         for m in &wb.members {
             for i in &self.g.node(*m).inputs {
                 if self.g.node(*i).op.is_view() && wa.members.contains(&base_of(self.g, *i)) {
@@ -368,39 +506,34 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        let (rule, kind_ok): (Rule, Result<u64, (Reason, String)>) = match (wa.kind, wb.kind) {
-            (GroupKind::Concat, _) | (_, GroupKind::Concat) => {
-                return Err((None, Reason::Opaque, "concat kernels are not fused".into()));
+        let (rule, kind, anchor, res): (Rule, GroupKind, Option<NodeId>, Result<(), (Reason, String)>) = match (wa.kind, wb.kind) {
+            (GroupKind::Concat | GroupKind::FlashAttention, _) | (_, GroupKind::Concat | GroupKind::FlashAttention) => {
+                return Err((None, Reason::Opaque, "concat and flash-attention kernels take no further ops".into()));
             }
             (GroupKind::MatMul, GroupKind::MatMul) => {
                 return Err((None, Reason::TwoAnchors, "a kernel holds one matmul".into()));
             }
             (GroupKind::Elementwise, GroupKind::Elementwise) => {
-                let ra = self.has_reduce(wa);
-                let rb = self.has_reduce(wb);
+                let (ra, rb) = (self.has_reduce(wa), self.has_reduce(wb));
                 let rule = if !ra && !rb {
                     Rule::ElementwiseChain
                 } else if !ra
                     && rb
                     && wa.members.iter().any(|m| {
                         matches!(self.g.node(*m).op, Op::Binary(crate::ir::BinaryOp::Add))
-                            && self.escapes(wa, &wb.members).contains(m)
+                            && (self.is_output[m.idx()] || !self.readers(*m).0.iter().all(|r| *r == b))
                     })
                 {
                     Rule::AddNorm
                 } else {
                     Rule::ReduceEpilogue
                 };
-                let members: Vec<NodeId> = both.iter().copied().collect();
+                let members: Vec<NodeId> = wa.members.union(&wb.members).copied().collect();
                 let res = match space_of(self.g, &members) {
                     None => Err((Reason::SpaceMismatch, "members iterate over different shapes".into())),
-                    Some(space) => {
-                        let n = self.est(space.last().unwrap()).max(1) as u64;
-                        let bufs = self.full_width_members(&both, &space) as u64 + 2;
-                        Ok(bufs * n * 4)
-                    }
+                    Some(_) => Ok(()),
                 };
-                (rule, res)
+                (rule, GroupKind::Elementwise, None, res)
             }
             (GroupKind::MatMul, GroupKind::Elementwise) => {
                 let anchor = wa.anchor.unwrap();
@@ -410,78 +543,71 @@ impl<'a> Planner<'a> {
                 } else if wb.members.iter().any(|m| self.g.node(*m).shape != *out) {
                     Err((Reason::SpaceMismatch, "epilogue ops must have the matmul's output shape".into()))
                 } else {
-                    Ok(self.matmul_onchip())
+                    Ok(())
                 };
-                (Rule::LinearEpilogue, res)
+                (Rule::LinearEpilogue, GroupKind::MatMul, Some(anchor), res)
             }
             (GroupKind::Elementwise, GroupKind::MatMul) => {
-                let res = self.check_prologue(wa, wb);
-                (Rule::NormLinearPrologue, res)
+                (Rule::NormLinearPrologue, GroupKind::MatMul, wb.anchor, self.check_prologue(a, b, &[b]))
             }
         };
-        let onchip = kind_ok.map_err(|(r, d)| (Some(rule), r, d))?;
+        res.map_err(|(r, d)| (Some(rule), r, d))?;
         self.rule_on(rule).map_err(|(r, d)| (Some(rule), r, d))?;
         if self.indirect_path(a, b, &[]) {
             return Err((Some(rule), Reason::Cycle, "another kernel lies on a path between them".into()));
         }
-        self.common_checks(&both, onchip).map_err(|(r, d)| (Some(rule), r, d))?;
-        Ok((rule, onchip))
+        let both: BTreeSet<NodeId> = wa.members.union(&wb.members).copied().collect();
+        self.backstops(&both).map_err(|(r, d)| (Some(rule), r, d))?;
+        Ok((rule, kind, anchor))
     }
 
-    fn matmul_onchip(&self) -> u64 {
-        // The matmul template's blocking (64 x 256 x 256 floats) stays the same when fused.
-        (64 * 256 + 256 * 256 + 64 * 256) * 4
-    }
-
-    fn check_prologue(&self, wa: &WGroup, wb: &WGroup) -> Result<u64, (Reason, String)> {
-        let anchor = wb.anchor.unwrap();
+    /// Can elementwise group `a` be the A-operand prologue of matmul group `c`, where `all` are
+    /// the consumers it would be duplicated into?
+    fn check_prologue(&self, a: usize, c: usize, all: &[usize]) -> Result<(), (Reason, String)> {
+        let (wa, wc) = (self.w(a), self.w(c));
         if self.has_reduce(wa) {
             return Err((Reason::ReductionNotAllowed, "a prologue holds no reduction (statistics stay upstream)".into()));
         }
-        let a_op = self.g.node(anchor).inputs[0];
-        let a_shape = &self.g.node(a_op).shape;
+        let anchor = wc.anchor.unwrap();
+        let a_shape = &self.g.node(self.g.node(anchor).inputs[0]).shape;
         if wa.members.iter().any(|m| self.g.node(*m).shape != *a_shape) {
             return Err((Reason::SpaceMismatch, "prologue ops must have the A operand's shape".into()));
         }
-        let prologue = self.ancestors_in(wb, anchor);
-        let b_idx = self.groups.iter().position(|w| w.as_ref().is_some_and(|w| std::ptr::eq(w, wb))).unwrap();
-        let a_idx = self.groups.iter().position(|w| w.as_ref().is_some_and(|w| std::ptr::eq(w, wa))).unwrap();
+        let prologue = self.ancestors_in(wc, anchor);
+        let others: BTreeSet<NodeId> =
+            all.iter().filter(|x| **x != c).flat_map(|x| self.w(*x).members.iter().copied()).collect();
         for m in &wa.members {
             if self.is_output[m.idx()] {
                 return Err((Reason::OtherUsers, format!("{m} is a graph output")));
             }
             let (rd, view) = self.readers(*m);
-            if view || rd.iter().any(|g| *g != b_idx && *g != a_idx) {
+            if view || rd.iter().any(|g| !all.contains(g)) {
                 return Err((Reason::OtherUsers, format!("{m} is also read by another kernel")));
             }
             for u in &self.users[m.idx()] {
-                let ok = wa.members.contains(u) || prologue.contains(u) || (*u == anchor && self.g.node(anchor).inputs[1] != *m);
+                let ok = wa.members.contains(u)
+                    || others.contains(u)
+                    || prologue.contains(u)
+                    || (*u == anchor && self.g.node(anchor).inputs[1] != *m);
                 if !ok {
-                    let reason = if wb.members.contains(u) { Reason::NotAnOperand } else { Reason::OtherUsers };
-                    return Err((reason, format!("{m} is also used by {u}")));
+                    return Err((Reason::NotAnOperand, format!("{m} is also used by {u}, not through the A operand")));
                 }
             }
         }
-        Ok(self.matmul_onchip())
-    }
-
-    fn common_checks(&self, members: &BTreeSet<NodeId>, onchip: u64) -> Result<(), (Reason, String)> {
-        if members.len() > MAX_GROUP_NODES {
-            return Err((Reason::GroupTooLarge, format!("{} ops > {MAX_GROUP_NODES}", members.len())));
-        }
-        let bufs = self.buffers(members);
-        if bufs > MAX_KERNEL_BUFFERS {
-            return Err((Reason::GroupTooLarge, format!("{bufs} kernel buffers > {MAX_KERNEL_BUFFERS}")));
-        }
-        let cap = (self.target.onchip_bytes as f64 * self.target.onchip_fraction) as u64;
-        if onchip > cap {
-            return Err((Reason::Capacity, format!("{onchip} B on chip > {cap} B (0.8 x capacity)")));
+        for mm in &wc.members {
+            for i in &self.g.node(*mm).inputs {
+                if self.g.node(*i).op.is_view() && wa.members.contains(&base_of(self.g, *i)) {
+                    return Err((Reason::ViewBoundary, format!("{mm} reads {} through a view", base_of(self.g, *i))));
+                }
+            }
         }
         Ok(())
     }
 
-    /// Kernel buffer arguments of a would-be group: external inputs plus written members.
-    fn buffers(&self, members: &BTreeSet<NodeId>) -> usize {
+    fn backstops(&self, members: &BTreeSet<NodeId>) -> Result<(), (Reason, String)> {
+        if members.len() > MAX_GROUP_NODES {
+            return Err((Reason::GroupTooLarge, format!("{} ops > {MAX_GROUP_NODES}", members.len())));
+        }
         let mut ins = BTreeSet::new();
         for m in members {
             for i in &self.g.node(*m).inputs {
@@ -491,203 +617,187 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        let outs = members
-            .iter()
-            .filter(|m| self.is_output[m.idx()] || self.users[m.idx()].iter().any(|u| !members.contains(u) || self.g.node(*u).op.is_view()))
-            .count();
-        ins.len() + outs
+        let outs = members.iter().filter(|m| self.is_output[m.idx()] || self.users[m.idx()].iter().any(|u| !members.contains(u))).count();
+        if ins.len() + outs > MAX_KERNEL_BUFFERS {
+            return Err((Reason::GroupTooLarge, format!("{} kernel buffers > {MAX_KERNEL_BUFFERS}", ins.len() + outs)));
+        }
+        Ok(())
     }
 
-    /// Bytes no longer moved when `a` fuses into `b`.
-    fn bytes_saved(&self, a: &WGroup, b: &WGroup) -> i64 {
-        let both: BTreeSet<NodeId> = a.members.union(&b.members).copied().collect();
-        let mut saved = 0;
-        for m in &a.members {
-            let read_by_b = self.users[m.idx()].iter().any(|u| b.members.contains(u));
-            if !read_by_b {
-                continue;
-            }
-            saved += self.bytes(*m); // b no longer reads it
-            let stays = self.is_output[m.idx()]
-                || self.users[m.idx()].iter().any(|u| !both.contains(u) || self.g.node(*u).op.is_view());
-            if !stays {
-                saved += self.bytes(*m); // and a no longer writes it
-            }
+    fn members(&self, i: usize) -> Vec<NodeId> {
+        self.w(i).members.iter().copied().collect()
+    }
+
+    fn rejected(&self, rule: Option<Rule>, a: usize, bs: &[usize], reason: Reason, detail: String) -> Candidate {
+        Candidate {
+            rule,
+            producer: self.members(a),
+            consumers: bs.iter().map(|b| self.members(*b)).collect(),
+            parts_us: 0.0,
+            fused_us: 0.0,
+            benefit_us: 0.0,
+            margin_us: 0.0,
+            bytes_saved: 0,
+            bytes_saved_us: 0.0,
+            launches_saved: 0,
+            launches_saved_us: 0.0,
+            tiling_loss_us: 0.0,
+            recompute_us: 0.0,
+            onchip: Vec::new(),
+            tiling: None,
+            decision: Decision::Rejected { reason, detail },
         }
-        // Inputs both read are read once.
-        let ext = |w: &WGroup| -> BTreeSet<NodeId> {
-            w.members
-                .iter()
-                .flat_map(|m| self.g.node(*m).inputs.iter().map(|i| base_of(self.g, *i)))
-                .filter(|i| !a.members.contains(i) && !b.members.contains(i) && !matches!(self.g.node(*i).op, Op::Const { .. }))
-                .collect()
+    }
+
+    /// Score a move of group `a` into the groups `bs` (one for a plain merge; several when `a`
+    /// is duplicated into each), the fused groups having `kind`/`anchor` per consumer.
+    fn score(&self, rule: Rule, a: usize, bs: &[usize], fused: &[(BTreeSet<NodeId>, GroupKind, Option<NodeId>)]) -> Candidate {
+        let mut parts = vec![self.group_cost(a)];
+        parts.extend(bs.iter().map(|b| self.group_cost(*b)));
+        let parts: Vec<KernelCost> = match parts.into_iter().collect::<Result<_, _>>() {
+            Ok(p) => p,
+            Err(e) => return self.rejected(Some(rule), a, bs, Reason::Capacity, format!("a part has no feasible tiling: {e}")),
         };
-        for s in ext(a).intersection(&ext(b)) {
-            saved += self.bytes(*s);
+        let mut fk = Vec::new();
+        for (m, k, an) in fused {
+            match self.cost(m, *k, *an) {
+                Ok(c) => fk.push(c),
+                Err(e) => return self.rejected(Some(rule), a, bs, Reason::Capacity, format!("fused: {e}")),
+            }
         }
-        saved
+        let parts_us: f64 = parts.iter().map(|c| c.time_us).sum();
+        let fused_us: f64 = fk.iter().map(|c| c.time_us).sum();
+        let bytes_saved = parts.iter().map(|c| c.bytes).sum::<f64>() - fk.iter().map(|c| c.bytes).sum::<f64>();
+        let launches_saved = (parts.len() - fk.len()) as i64;
+        let comp_parts: f64 = parts.iter().map(|c| c.compute_us).sum();
+        let comp_fused: f64 = fk.iter().map(|c| c.compute_us).sum();
+        let tiling_loss_us: f64 = fk.iter().map(|c| c.time_us - c.launch_us - c.unconstrained_exec_us).sum();
+        let benefit_us = parts_us - fused_us;
+        // Model error scales with the time the merge changes, not with compute both sides keep.
+        let margin_us = f64::max(0.5, 0.03 * (parts_us - comp_parts.min(comp_fused)));
+        let onchip = fk.first().map(|c| c.onchip.clone()).unwrap_or_default();
+        let decision = if benefit_us > margin_us {
+            Decision::Accepted { step: 0 }
+        } else {
+            Decision::Rejected { reason: Reason::NotProfitable, detail: format!("benefit {benefit_us:.2} us <= margin {margin_us:.2} us") }
+        };
+        Candidate {
+            rule: Some(rule),
+            producer: self.members(a),
+            consumers: bs.iter().map(|b| self.members(*b)).collect(),
+            parts_us,
+            fused_us,
+            benefit_us,
+            margin_us,
+            bytes_saved: bytes_saved.round() as i64,
+            bytes_saved_us: bytes_saved / self.target.bandwidth_bytes_per_us,
+            launches_saved,
+            launches_saved_us: launches_saved as f64 * self.target.launch_us,
+            tiling_loss_us,
+            recompute_us: (comp_fused - comp_parts).max(0.0),
+            onchip,
+            tiling: fk.first().map(|c| c.tiling.clone()),
+            decision,
+        }
     }
 
-    fn score(&self, bytes: i64, launches: i64) -> f64 {
-        bytes as f64 / self.target.bandwidth_bytes_per_us + launches as f64 * self.target.launch_us
+    fn eval_pair(&self, a: usize, b: usize) -> Candidate {
+        match self.check_pair(a, b) {
+            Err((rule, reason, detail)) => self.rejected(rule, a, &[b], reason, detail),
+            Ok((rule, kind, anchor)) => {
+                let m: BTreeSet<NodeId> = self.w(a).members.union(&self.w(b).members).copied().collect();
+                self.score(rule, a, &[b], &[(m, kind, anchor)])
+            }
+        }
     }
 
-    fn evaluate(&self) -> Vec<(Candidate, Vec<usize>, Vec<usize>)> {
-        let mut out = Vec::new();
+    /// Elementwise group `a` duplicated into every matmul that reads it as its A operand.
+    fn dup_targets(&self, a: usize) -> Option<Vec<usize>> {
+        let wa = self.w(a);
+        if wa.kind != GroupKind::Elementwise || self.has_reduce(wa) {
+            return None;
+        }
+        let mut cs = BTreeSet::new();
+        for m in &wa.members {
+            for u in &self.users[m.idx()] {
+                if !wa.members.contains(u) {
+                    cs.extend(self.owners(*u));
+                }
+            }
+        }
+        let cs: Vec<usize> = cs.into_iter().collect();
+        (cs.len() >= 2 && cs.iter().all(|c| self.w(*c).kind == GroupKind::MatMul)).then_some(cs)
+    }
+
+    fn eval_dup(&self, a: usize, cs: &[usize]) -> Candidate {
+        let rule = Rule::NormLinearPrologue;
+        let mut checks = self.rule_on(rule);
+        for &c in cs {
+            if checks.is_ok() {
+                checks = self.check_prologue(a, c, cs);
+            }
+            if checks.is_ok() && self.indirect_path(a, c, cs) {
+                checks = Err((Reason::Cycle, "another kernel lies on a path between them".into()));
+            }
+        }
+        if let Err((reason, detail)) = checks {
+            return self.rejected(Some(rule), a, cs, reason, detail);
+        }
+        let fused: Vec<_> = cs
+            .iter()
+            .map(|c| {
+                let m: BTreeSet<NodeId> = self.w(a).members.union(&self.w(*c).members).copied().collect();
+                (m, GroupKind::MatMul, self.w(*c).anchor)
+            })
+            .collect();
+        for (m, _, _) in &fused {
+            if let Err((reason, detail)) = self.backstops(m) {
+                return self.rejected(Some(rule), a, cs, reason, detail);
+            }
+        }
+        self.score(rule, a, cs, &fused)
+    }
+
+    fn moves(&self) -> Vec<(Candidate, Move)> {
         let live: Vec<usize> = (0..self.groups.len()).filter(|i| self.groups[*i].is_some()).collect();
-        let members = |i: usize| self.groups[i].as_ref().unwrap().members.iter().copied().collect::<Vec<_>>();
+        let mut out = Vec::new();
         for &b in &live {
             for a in self.preds(b) {
-                let cand = |rule, bytes, launches, onchip, decision| Candidate {
-                    rule,
-                    producer: members(a),
-                    consumers: vec![members(b)],
-                    bytes_saved: bytes,
-                    launches_saved: launches,
-                    recompute_bytes: 0,
-                    benefit_us: self.score(bytes, launches),
-                    onchip_bytes: onchip,
-                    decision,
-                };
-                let (wa, wb) = (self.groups[a].as_ref().unwrap(), self.groups[b].as_ref().unwrap());
-                let bytes = self.bytes_saved(wa, wb);
-                match self.check_pair(a, b) {
-                    Ok((rule, onchip)) => {
-                        let c = cand(Some(rule), bytes, 1, onchip, Decision::Accepted { step: 0 });
-                        let c = if c.benefit_us > MARGIN_US {
-                            c
-                        } else {
-                            let d = format!("{:.2} us <= margin {MARGIN_US} us", c.benefit_us);
-                            Candidate { decision: Decision::Rejected { reason: Reason::NotProfitable, detail: d }, ..c }
-                        };
-                        out.push((c, vec![a], vec![b]));
-                    }
-                    Err((rule, reason, detail)) => {
-                        out.push((cand(rule, bytes, 1, 0, Decision::Rejected { reason, detail }), vec![a], vec![b]));
-                    }
-                }
+                out.push((self.eval_pair(a, b), self.mv(a, &[b])));
             }
         }
-        // A prologue used by several matmuls is duplicated into each (it is cheap to recompute).
         for &a in &live {
-            let wa = self.groups[a].as_ref().unwrap();
-            if wa.kind != GroupKind::Elementwise || self.has_reduce(wa) {
-                continue;
+            if let Some(cs) = self.dup_targets(a) {
+                out.push((self.eval_dup(a, &cs), self.mv(a, &cs)));
             }
-            let mut consumers = BTreeSet::new();
-            for m in &wa.members {
-                for u in &self.users[m.idx()] {
-                    if !wa.members.contains(u) {
-                        consumers.extend(self.owners(*u));
-                    }
-                }
-            }
-            if consumers.len() < 2 {
-                continue;
-            }
-            let cs: Vec<usize> = consumers.iter().copied().collect();
-            let all_mm = cs.iter().all(|c| self.groups[*c].as_ref().unwrap().kind == GroupKind::MatMul);
-            if !all_mm {
-                continue;
-            }
-            let mut bad = None;
-            for &c in &cs {
-                if let Err(e) = self.check_prologue_dup(a, c, &cs) {
-                    bad = Some(e);
-                    break;
-                }
-            }
-            let ext_in: i64 = self.buffers_in(wa).iter().map(|i| self.bytes(*i)).sum();
-            let out_bytes: i64 = self.escapes(wa, &wa.members).iter().map(|m| self.bytes(*m)).sum();
-            let n = cs.len() as i64;
-            let saved = out_bytes * (1 + n);
-            let recompute = ext_in * (n - 1);
-            let launches = 1;
-            let benefit = self.score(saved - recompute, launches);
-            let mut c = Candidate {
-                rule: Some(Rule::NormLinearPrologue),
-                producer: members(a),
-                consumers: cs.iter().map(|c| members(*c)).collect(),
-                bytes_saved: saved,
-                launches_saved: launches,
-                recompute_bytes: recompute,
-                benefit_us: benefit,
-                onchip_bytes: self.matmul_onchip(),
-                decision: Decision::Accepted { step: 0 },
-            };
-            if let Some((reason, detail)) = bad {
-                c.decision = Decision::Rejected { reason, detail };
-            } else if benefit <= MARGIN_US {
-                c.decision = Decision::Rejected { reason: Reason::NotProfitable, detail: format!("{benefit:.2} us <= margin {MARGIN_US} us") };
-            }
-            out.push((c, vec![a], cs));
         }
         out
     }
-
-    fn buffers_in(&self, w: &WGroup) -> Vec<NodeId> {
-        let mut ins = BTreeSet::new();
-        for m in &w.members {
-            for i in &self.g.node(*m).inputs {
-                let b = base_of(self.g, *i);
-                if !w.members.contains(&b) && !matches!(self.g.node(b).op, Op::Const { .. }) {
-                    ins.insert(b);
-                }
-            }
+    fn mv(&self, a: usize, bs: &[usize]) -> Move {
+        let mut versions = vec![self.w(a).version];
+        versions.extend(bs.iter().map(|b| self.w(*b).version));
+        Move { a, bs: bs.to_vec(), versions }
+    }
+    fn current(&self, m: &Move) -> bool {
+        std::iter::once(m.a).chain(m.bs.iter().copied()).zip(&m.versions).all(|(i, v)| self.groups[i].as_ref().is_some_and(|w| w.version == *v))
+    }
+    fn rescore(&self, m: &Move) -> Option<Candidate> {
+        if self.groups[m.a].is_none() || m.bs.iter().any(|b| self.groups[*b].is_none()) {
+            return None;
         }
-        ins.into_iter().collect()
+        if m.bs.len() == 1 {
+            if !self.preds(m.bs[0]).contains(&m.a) {
+                return None;
+            }
+            Some(self.eval_pair(m.a, m.bs[0]))
+        } else {
+            (self.dup_targets(m.a).as_deref() == Some(&m.bs[..])).then(|| self.eval_dup(m.a, &m.bs))
+        }
     }
 
-    fn check_prologue_dup(&self, a: usize, c: usize, all: &[usize]) -> Result<(), (Reason, String)> {
-        let (wa, wc) = (self.groups[a].as_ref().unwrap(), self.groups[c].as_ref().unwrap());
-        self.rule_on(Rule::NormLinearPrologue)?;
-        for m in &wc.members {
-            for i in &self.g.node(*m).inputs {
-                if self.g.node(*i).op.is_view() && wa.members.contains(&base_of(self.g, *i)) {
-                    return Err((Reason::ViewBoundary, format!("{m} reads {} through a view", base_of(self.g, *i))));
-                }
-            }
-        }
-        // Users in the other consumers are fine: each gets its own copy.
-        let others: BTreeSet<NodeId> = all
-            .iter()
-            .filter(|x| **x != c)
-            .flat_map(|x| self.groups[*x].as_ref().unwrap().members.iter().copied())
-            .collect();
-        let anchor = wc.anchor.unwrap();
-        let prologue = self.ancestors_in(wc, anchor);
-        let a_shape = &self.g.node(self.g.node(anchor).inputs[0]).shape;
-        for m in &wa.members {
-            if self.g.node(*m).shape != *a_shape {
-                return Err((Reason::SpaceMismatch, "prologue ops must have the A operand's shape".into()));
-            }
-            if self.is_output[m.idx()] {
-                return Err((Reason::OtherUsers, format!("{m} is a graph output")));
-            }
-            let (rd, view) = self.readers(*m);
-            if view || rd.iter().any(|g| *g != a && !all.contains(g)) {
-                return Err((Reason::OtherUsers, format!("{m} is also read by another kernel")));
-            }
-            for u in &self.users[m.idx()] {
-                let ok = wa.members.contains(u)
-                    || others.contains(u)
-                    || prologue.contains(u)
-                    || (*u == anchor && self.g.node(anchor).inputs[1] != *m);
-                if !ok {
-                    return Err((Reason::OtherUsers, format!("{m} is also used by {u}")));
-                }
-            }
-        }
-        if self.indirect_path(a, c, all) {
-            return Err((Reason::Cycle, "another kernel lies on a path between them".into()));
-        }
-        let both: BTreeSet<NodeId> = wa.members.union(&wc.members).copied().collect();
-        self.common_checks(&both, self.matmul_onchip())
-    }
-
-    fn apply(&mut self, rule: Rule, a: &[usize], bs: &[usize]) {
-        let wa = self.groups[a[0]].take().unwrap();
-        for &b in bs {
+    fn apply(&mut self, rule: Rule, m: &Move) {
+        let wa = self.groups[m.a].take().unwrap();
+        for &b in &m.bs {
             let wb = self.groups[b].as_mut().unwrap();
             wb.members.extend(wa.members.iter().copied());
             wb.rules.extend(wa.rules.iter().copied());
@@ -696,12 +806,98 @@ impl<'a> Planner<'a> {
                 wb.kind = GroupKind::MatMul;
                 wb.anchor = wa.anchor;
             }
+            wb.version += 1;
+        }
+    }
+
+    /// Attention patterns become flash-attention kernels first (a structural rewrite, like the
+    /// anchors' pattern passes), when the rule is on and the model says it pays.
+    fn flash(&mut self, log: &mut Vec<Candidate>) {
+        let g = self.g;
+        for id in g.ids() {
+            let Some(f) = match_flash(g, &self.users, id) else { continue };
+            let mut members: BTreeSet<NodeId> = f.chain.iter().copied().collect();
+            members.extend([f.qk, f.max, f.shift, f.exp, f.sum, f.div, f.pv]);
+            let gs: Vec<usize> = members.iter().flat_map(|m| self.owners(*m)).collect::<BTreeSet<_>>().into_iter().collect();
+            if gs.iter().any(|i| self.w(*i).members.iter().any(|m| !members.contains(m))) {
+                continue; // already fused otherwise (seeded plans)
+            }
+            let (a, bs) = (gs[0], gs[1..].to_vec());
+            let mut c = match self.rule_on(Rule::FlashAttention) {
+                Err((reason, detail)) => self.rejected(Some(Rule::FlashAttention), a, &bs, reason, detail),
+                Ok(()) => self.score(Rule::FlashAttention, a, &bs, &[(members.clone(), GroupKind::FlashAttention, Some(f.pv))]),
+            };
+            if let Decision::Accepted { .. } = c.decision {
+                c.decision = Decision::Accepted { step: log.iter().filter(|c| matches!(c.decision, Decision::Accepted { .. })).count() + 1 };
+                let mut rules = BTreeSet::new();
+                rules.insert(Rule::FlashAttention);
+                for i in &gs {
+                    self.groups[*i] = None;
+                }
+                self.groups[a] = Some(WGroup { kind: GroupKind::FlashAttention, members, anchor: Some(f.pv), rules, version: 1 });
+            }
+            log.push(c);
+        }
+    }
+
+    /// Local repair: drop a boundary op out of a fused elementwise group when the model says
+    /// the group is faster without it (undoes order effects of greedy merging).
+    fn repair(&mut self, log: &mut Vec<Candidate>) {
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for i in 0..self.groups.len() {
+                let Some(w) = self.groups[i].clone() else { continue };
+                if w.kind != GroupKind::Elementwise || w.members.len() < 2 {
+                    continue;
+                }
+                let Ok(whole) = self.group_cost(i) else { continue };
+                for &m in &w.members {
+                    let internal_users = self.users[m.idx()].iter().any(|u| w.members.contains(u));
+                    let internal_inputs = self.g.node(m).inputs.iter().any(|x| w.members.contains(x));
+                    if internal_users && internal_inputs {
+                        continue; // not on the boundary: removing it could form a cycle
+                    }
+                    let rest: BTreeSet<NodeId> = w.members.iter().copied().filter(|x| *x != m).collect();
+                    if space_of(self.g, &rest.iter().copied().collect::<Vec<_>>()).is_none() {
+                        continue;
+                    }
+                    let single: BTreeSet<NodeId> = [m].into_iter().collect();
+                    let (Ok(cr), Ok(cs)) = (self.cost(&rest, GroupKind::Elementwise, None), self.cost(&single, GroupKind::Elementwise, None)) else { continue };
+                    let split = cr.time_us + cs.time_us;
+                    let margin = f64::max(0.5, 0.03 * split);
+                    if whole.time_us - split > margin {
+                        let step = log.iter().filter(|c| matches!(c.decision, Decision::Accepted { .. })).count() + 1;
+                        let mut c = self.rejected(None, i, &[], Reason::NotProfitable, String::new());
+                        c.producer = vec![m];
+                        c.consumers = vec![rest.iter().copied().collect()];
+                        c.parts_us = whole.time_us;
+                        c.fused_us = split;
+                        c.benefit_us = whole.time_us - split;
+                        c.margin_us = margin;
+                        c.decision = Decision::Accepted { step };
+                        log.push(c);
+                        let wr = self.groups[i].as_mut().unwrap();
+                        wr.members = rest;
+                        wr.version += 1;
+                        self.groups.push(Some(WGroup { kind: GroupKind::Elementwise, members: single, anchor: None, rules: BTreeSet::new(), version: 0 }));
+                        changed = true;
+                        break;
+                    }
+                }
+            }
         }
     }
 }
 
 /// Plan one canonical graph.
 pub fn plan(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64)], target: &Target) -> Plan {
+    plan_from(g, opt_level, rules, hints, target, None)
+}
+
+/// Plan starting from the groups of an earlier plan (`None`: one group per op). Planning the
+/// result of a plan again changes nothing.
+pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64)], target: &Target, seed: Option<&[Group]>) -> Plan {
     let mut is_output = vec![false; g.nodes.len()];
     for o in &g.outputs {
         is_output[o.idx()] = true;
@@ -715,69 +911,85 @@ pub fn plan(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64)], t
         users: g.users(),
         groups: Vec::new(),
         is_output,
+        cache: RefCell::new(HashMap::new()),
     };
-    for id in g.ids() {
-        let op = &g.node(id).op;
-        if !is_member_op(op) {
-            continue;
-        }
-        let kind = match op {
+    let singleton = |id: NodeId| {
+        let kind = match g.node(id).op {
             Op::MatMul => GroupKind::MatMul,
             Op::Concat { .. } => GroupKind::Concat,
             _ => GroupKind::Elementwise,
         };
-        p.groups.push(Some(WGroup {
-            kind,
-            members: [id].into_iter().collect(),
-            anchor: (kind == GroupKind::MatMul).then_some(id),
-            rules: BTreeSet::new(),
-        }));
-    }
-    let mut accepted: Vec<Candidate> = Vec::new();
-    let mut last_round = Vec::new();
-    if opt_level > 0 {
-        loop {
-            let cands = p.evaluate();
-            let best = cands
+        WGroup { kind, members: [id].into_iter().collect(), anchor: (kind == GroupKind::MatMul).then_some(id), rules: BTreeSet::new(), version: 0 }
+    };
+    match seed {
+        None => p.groups = g.ids().filter(|id| is_member_op(&g.node(*id).op)).map(|id| Some(singleton(id))).collect(),
+        Some(groups) => {
+            p.groups = groups
                 .iter()
-                .filter(|(c, _, _)| matches!(c.decision, Decision::Accepted { .. }))
-                .max_by(|x, y| {
-                    x.0.benefit_us
-                        .partial_cmp(&y.0.benefit_us)
-                        .unwrap()
-                        .then_with(|| y.0.producer.cmp(&x.0.producer))
-                        .then_with(|| y.0.consumers.cmp(&x.0.consumers))
-                })
-                .cloned();
-            match best {
-                Some((mut c, a, bs)) => {
-                    c.decision = Decision::Accepted { step: accepted.len() + 1 };
-                    p.apply(c.rule.unwrap(), &a, &bs);
-                    accepted.push(c);
-                }
-                None => {
-                    last_round = cands.into_iter().map(|x| x.0).collect();
-                    break;
+                .map(|gr| Some(WGroup { kind: gr.kind, members: gr.nodes.iter().copied().collect(), anchor: gr.anchor, rules: gr.rules.iter().copied().collect(), version: 0 }))
+                .collect()
+        }
+    }
+    let unfused: Vec<KernelCost> = g.ids().filter(|id| is_member_op(&g.node(*id).op)).filter_map(|id| {
+        let s = singleton(id);
+        p.cost(&s.members, s.kind, s.anchor).ok()
+    }).collect();
+    let mut log: Vec<Candidate> = Vec::new();
+    if opt_level > 0 {
+        p.flash(&mut log);
+        let mut heap: BinaryHeap<HeapEntry> = BinaryHeap::new();
+        let push = |heap: &mut BinaryHeap<HeapEntry>, c: &Candidate, mv: Move| {
+            if let Decision::Accepted { .. } = c.decision {
+                heap.push(HeapEntry { benefit: c.benefit_us, key: (c.producer.clone(), c.consumers.clone()), mv });
+            }
+        };
+        for (c, mv) in p.moves() {
+            push(&mut heap, &c, mv);
+        }
+        while let Some(top) = heap.pop() {
+            let stale = !p.current(&top.mv);
+            let Some(c) = p.rescore(&top.mv) else { continue };
+            let same = !stale && (c.benefit_us - top.benefit).abs() < 1e-9;
+            if !same {
+                // Lazy re-scoring: put it back with its current score.
+                let mv = p.mv(top.mv.a, &top.mv.bs);
+                push(&mut heap, &c, mv);
+                continue;
+            }
+            let Decision::Accepted { .. } = c.decision else { continue };
+            let mut c = c;
+            c.decision = Decision::Accepted { step: log.iter().filter(|c| matches!(c.decision, Decision::Accepted { .. })).count() + 1 };
+            p.apply(c.rule.unwrap(), &top.mv);
+            log.push(c);
+            // New candidates around the changed groups.
+            for (c, mv) in p.moves() {
+                if mv.bs.iter().chain(std::iter::once(&mv.a)).any(|g| top.mv.bs.contains(g)) {
+                    push(&mut heap, &c, mv);
                 }
             }
         }
+        p.repair(&mut log);
+    }
+    // Every candidate left, with why it was not taken.
+    let mut candidates: Vec<Candidate> = log;
+    for (c, _) in p.moves() {
+        candidates.push(c);
     }
     let groups = finalize(&p);
-    let benefit_us = accepted.iter().map(|c| c.benefit_us).sum();
-    let bytes_saved = accepted.iter().map(|c| c.bytes_saved - c.recompute_bytes).sum();
-    let launches_saved = accepted.iter().map(|c| c.launches_saved).sum();
-    let mut candidates = accepted;
-    candidates.extend(last_round);
+    let total_us = groups.iter().filter_map(|g| g.cost.as_ref()).map(|c| c.time_us).sum();
+    let bytes = groups.iter().filter_map(|g| g.cost.as_ref()).map(|c| c.bytes).sum();
     Plan {
         opt_level,
         rules: rules.names().into_iter().map(String::from).collect(),
         target: target.clone(),
         hints: hints.to_vec(),
+        launches_saved: unfused.len() as i64 - groups.len() as i64,
         groups,
         candidates,
-        benefit_us,
-        bytes_saved,
-        launches_saved,
+        total_us,
+        unfused_us: unfused.iter().map(|c| c.time_us).sum(),
+        bytes,
+        unfused_bytes: unfused.iter().map(|c| c.bytes).sum(),
     }
 }
 
@@ -793,14 +1005,14 @@ fn finalize(p: &Planner) -> Vec<Group> {
             .iter()
             .copied()
             .filter(|i| !done.contains(i) && p.preds(*i).iter().all(|q| done.contains(q)))
-            .min_by_key(|i| *p.groups[*i].as_ref().unwrap().members.iter().next().unwrap())
+            .min_by_key(|i| *p.w(*i).members.iter().next().unwrap())
             .expect("the group graph is acyclic");
         done.insert(next);
         order.push(next);
     }
     let mut out = Vec::new();
     for gi in order {
-        let w = p.groups[gi].as_ref().unwrap();
+        let w = p.w(gi);
         let nodes: Vec<NodeId> = w.members.iter().copied().collect();
         let mut inputs = BTreeSet::new();
         for m in &nodes {
@@ -828,6 +1040,7 @@ fn finalize(p: &Planner) -> Vec<Group> {
             rules: w.rules.iter().copied().collect(),
             outputs,
             inputs: inputs.into_iter().collect(),
+            cost: p.group_cost(gi).ok(),
         });
     }
     out

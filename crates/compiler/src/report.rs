@@ -18,10 +18,13 @@ pub fn summary(g: &Graph, plan: &Plan, files: &[String]) -> Vec<String> {
     vec![
         format!("[INFO] Graph `{}`: found {ops} operators, {} fusion candidates.", g.name, plan.candidates.len()),
         format!(
-            "[INFO] Estimated benefit: {:.1} MB memory traffic saved, {} launches saved, {:.3} ms faster.",
-            plan.bytes_saved as f64 / 1e6,
+            "[INFO] Estimated benefit: {:.1} MB memory traffic saved, {} launches saved, {:.3} ms faster ({:.3} ms -> {:.3} ms on `{}`).",
+            (plan.unfused_bytes - plan.bytes) / 1e6,
             plan.launches_saved,
-            plan.benefit_us / 1e3
+            plan.benefit_us() / 1e3,
+            plan.unfused_us / 1e3,
+            plan.total_us / 1e3,
+            plan.target.name
         ),
         format!("[INFO] Fused {ops} operators into {} kernels ({fused} fused operators).", plan.groups.len()),
         format!("[INFO] Generated fused operator code: {}", files.join(", ")),
@@ -38,6 +41,7 @@ pub fn plan_json(g: &Graph, plan: &Plan) -> String {
             json!({
                 "kernel": k,
                 "kind": gr.kind,
+                "cost": gr.cost,
                 "ops": describe(g, gr),
                 "nodes": node_names(&gr.nodes),
                 "rules": gr.rules,
@@ -54,15 +58,23 @@ pub fn plan_json(g: &Graph, plan: &Plan) -> String {
                 Decision::Accepted { step } => ("accepted", None, String::new(), Some(*step)),
                 Decision::Rejected { reason, detail } => ("rejected", Some(reason.code()), detail.clone(), None),
             };
+            let r3 = |x: f64| (x * 1000.0).round() / 1000.0;
             json!({
                 "rule": c.rule.map(|r| r.name()),
                 "producer": node_names(&c.producer),
                 "consumers": c.consumers.iter().map(|x| node_names(x)).collect::<Vec<_>>(),
+                "parts_us": r3(c.parts_us),
+                "fused_us": r3(c.fused_us),
+                "benefit_us": r3(c.benefit_us),
+                "margin_us": r3(c.margin_us),
                 "bytes_saved": c.bytes_saved,
+                "bytes_saved_us": r3(c.bytes_saved_us),
                 "launches_saved": c.launches_saved,
-                "recompute_bytes": c.recompute_bytes,
-                "benefit_us": (c.benefit_us * 1000.0).round() / 1000.0,
-                "onchip_bytes": c.onchip_bytes,
+                "launches_saved_us": r3(c.launches_saved_us),
+                "tiling_loss_us": r3(c.tiling_loss_us),
+                "recompute_us": r3(c.recompute_us),
+                "onchip_bytes": c.onchip.iter().map(|(m, b)| json!({"memory": m, "bytes": b})).collect::<Vec<_>>(),
+                "tiling": c.tiling,
                 "decision": decision,
                 "step": step,
                 "reason": reason,
@@ -78,8 +90,10 @@ pub fn plan_json(g: &Graph, plan: &Plan) -> String {
         "hints": plan.hints,
         "kernels": groups,
         "candidates": cands,
-        "benefit_us": (plan.benefit_us * 1000.0).round() / 1000.0,
-        "bytes_saved": plan.bytes_saved,
+        "total_us": (plan.total_us * 1000.0).round() / 1000.0,
+        "unfused_us": (plan.unfused_us * 1000.0).round() / 1000.0,
+        "bytes": plan.bytes,
+        "unfused_bytes": plan.unfused_bytes,
         "launches_saved": plan.launches_saved,
     });
     serde_json::to_string_pretty(&v).unwrap() + "\n"
@@ -93,21 +107,30 @@ pub fn report_md(g: &Graph, plan: &Plan, summary: &[String]) -> String {
     let _ = writeln!(s, "\nopt_level {}, rules: {}, target `{}`; dynamic dims estimated at {}.\n", plan.opt_level, plan.rules.join(", "), plan.target.name,
         if plan.hints.is_empty() { "128".to_string() } else { plan.hints.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ") });
     let not_yet: Vec<&str> = crate::plan::Rule::ALL.iter().filter(|r| !r.implemented() && plan.rules.iter().any(|n| n == r.name())).map(|r| r.name()).collect();
+    let _ = writeln!(s, "Target `{}`: {}.\n", plan.target.name, plan.target.sources.join("; "));
     if !not_yet.is_empty() && plan.opt_level >= 3 {
         let _ = writeln!(s, "Rules enabled but not implemented in this planner version (no groups formed): {}.\n", not_yet.join(", "));
     }
-    let _ = writeln!(s, "## Kernels\n\n| kernel | kind | rules | ops | writes |\n|---|---|---|---|---|");
+    let _ = writeln!(s, "## Kernels\n\n| kernel | kind | rules | ops | writes | model us | tiling | on chip B |\n|---|---|---|---|---|---|---|---|");
     for (k, gr) in plan.groups.iter().enumerate() {
+        let (t, tiling, onchip) = match &gr.cost {
+            Some(c) => (
+                format!("{:.2}", c.time_us),
+                serde_json::to_string(&c.tiling).unwrap_or_default(),
+                c.onchip.iter().map(|(m, b)| format!("{m} {b}")).collect::<Vec<_>>().join(", "),
+            ),
+            None => ("-".into(), "-".into(), "-".into()),
+        };
         let _ = writeln!(
             s,
-            "| k{k} | {:?} | {} | {} | {} |",
+            "| k{k} | {:?} | {} | {} | {} | {t} | {tiling} | {onchip} |",
             gr.kind,
             gr.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", "),
             describe(g, gr),
             gr.outputs.iter().map(|o| format!("{} {}", g.node(*o).name, shape_str(&g.node(*o).shape))).collect::<Vec<_>>().join(", ")
         );
     }
-    let _ = writeln!(s, "\n## Candidates\n\n| # | rule | producer | consumers | bytes saved | launches | recompute B | benefit us | decision |\n|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "\n## Candidates\n\nTimes in microseconds: parts, fused, benefit (= parts - fused) against the margin, and its terms: bytes saved, launches saved, tiling loss, recompute.\n\n| # | rule | producer | consumers | parts | fused | benefit | margin | bytes saved | bytes us | launches us | tiling loss | recompute | on chip B | decision |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, c) in plan.candidates.iter().enumerate() {
         let names = |ids: &[crate::ir::NodeId]| ids.iter().map(|i| g.node(*i).name.clone()).collect::<Vec<_>>().join(" ");
         let dec = match &c.decision {
@@ -116,14 +139,20 @@ pub fn report_md(g: &Graph, plan: &Plan, summary: &[String]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {i} | {} | {} | {} | {} | {} | {} | {:.2} | {dec} |",
-            c.rule.map(|r| r.name()).unwrap_or("-"),
+            "| {i} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {dec} |",
+            c.rule.map(|r| r.name()).unwrap_or("repair"),
             names(&c.producer),
             c.consumers.iter().map(|x| names(x)).collect::<Vec<_>>().join(" / "),
+            c.parts_us,
+            c.fused_us,
+            c.benefit_us,
+            c.margin_us,
             c.bytes_saved,
-            c.launches_saved,
-            c.recompute_bytes,
-            c.benefit_us
+            c.bytes_saved_us,
+            c.launches_saved_us,
+            c.tiling_loss_us,
+            c.recompute_us,
+            c.onchip.iter().map(|(m, b)| format!("{m} {b}")).collect::<Vec<_>>().join(", ")
         );
     }
     let _ = writeln!(s, "\n## IR\n\n```\n{}```", g.dump());

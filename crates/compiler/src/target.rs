@@ -1,42 +1,142 @@
-//! Target profiles: what the planner needs to know about the machine.
-//!
-//! This first version carries fixed, documented estimates; the calibrated host profile and the
-//! `ascend910b` profile replace them (issue 3). Every figure is in bytes or microseconds.
+//! Target profiles: what the cost model knows about a machine. Every rate is per microsecond
+//! (1 GB/s = 1,000 B/us; 1 GFLOP/s = 1,000 FLOP/us), every time in microseconds, every size in
+//! bytes, so no cost term mixes units.
 
 use serde::{Deserialize, Serialize};
+
+/// One on-chip memory a kernel's tiles must fit in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    /// `l2` on the host; `ub`, `l1`, `l0a`, `l0b`, `l0c` on Ascend.
+    pub name: String,
+    /// Capacity per core, bytes.
+    pub bytes: u64,
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     pub name: String,
-    /// Off-chip bandwidth in bytes per microsecond (1 GB/s = 1,000 B/us).
+    /// Blocks that run at once for vector work (host threads; Ascend AIV cores).
+    pub cores: u32,
+    /// Blocks that run at once for matmul work (host threads; Ascend AIC cores).
+    pub matrix_cores: u32,
+    /// Off-chip bandwidth of the whole device, B/us.
     pub bandwidth_bytes_per_us: f64,
-    /// Cost of one kernel launch (thread-pool fork/join on the host), microseconds.
+    /// Matmul peak of the whole device, FLOP/us (host: measured GEMM-tile rate x cores).
+    pub matmul_flops_per_us: f64,
+    /// Elementwise peak of the whole device, FLOP/us.
+    pub vector_flops_per_us: f64,
+    /// Cost of one kernel launch, us.
     pub launch_us: f64,
-    /// On-chip capacity one block may use (L2 per core on the host), bytes.
-    pub onchip_bytes: u64,
-    /// Fraction of `onchip_bytes` a fused kernel may plan to use.
+    /// Share of min(memory, compute) hidden by overlap (double buffering), 0..1.
+    pub overlap: f64,
+    /// On-chip buffers are rounded up to this many bytes.
+    pub align_bytes: u64,
+    /// Vector pipelines keep two copies of every streamed buffer.
+    pub double_buffer: bool,
+    /// Bytes per element of matmul operands on the matrix unit (4 on the host: f32 math;
+    /// 2 on Ascend: the cube takes f16/bf16).
+    pub matmul_operand_bytes: u64,
+    pub memories: Vec<Memory>,
+    /// A plan may use at most this fraction of each memory.
     pub onchip_fraction: f64,
+    /// Where each number comes from (measured, documented, or assumed).
+    pub sources: Vec<String>,
 }
 
 impl Target {
-    /// The host: L2 per core from sysfs when readable (else 1 MiB); bandwidth 10 GB/s and a
-    /// 5 us launch are conservative estimates for a small shared server until calibration lands.
+    pub fn memory(&self, name: &str) -> Option<u64> {
+        self.memories.iter().find(|m| m.name == name).map(|m| m.bytes)
+    }
+
+    /// Capacity a plan may use in memory `name`.
+    pub fn budget(&self, name: &str) -> Option<u64> {
+        self.memory(name).map(|b| (b as f64 * self.onchip_fraction) as u64)
+    }
+
+    /// The host with fixed, conservative figures for what is not read from the OS: cores and
+    /// cache sizes come from the OS; bandwidth 10 GB/s, 8 GFLOP/s matmul and 2 GFLOP/s
+    /// elementwise per core and a 5 us launch are placeholders that `autofusion-build`
+    /// replaces with its calibration (or a pinned profile file).
     pub fn host() -> Target {
+        let cores = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+        let l2 = read_cache(2).unwrap_or(1 << 20);
+        let l1 = read_cache(1).unwrap_or(32 << 10);
         Target {
             name: "host".into(),
+            cores,
+            matrix_cores: cores,
             bandwidth_bytes_per_us: 10_000.0,
+            matmul_flops_per_us: 8_000.0 * cores as f64,
+            vector_flops_per_us: 2_000.0 * cores as f64,
             launch_us: 5.0,
-            onchip_bytes: read_l2().unwrap_or(1 << 20),
+            overlap: 0.5,
+            align_bytes: 64,
+            double_buffer: false,
+            matmul_operand_bytes: 4,
+            memories: vec![Memory { name: "l1".into(), bytes: l1 }, Memory { name: "l2".into(), bytes: l2 }],
             onchip_fraction: 0.8,
+            sources: vec![
+                format!("cores: available_parallelism = {cores}"),
+                format!("l1/l2 per core: sysfs cache index = {l1} / {l2} B"),
+                "bandwidth, flops, launch: uncalibrated defaults".into(),
+            ],
+        }
+    }
+
+    /// Atlas A2 (Ascend 910B2): 24 AIC + 48 AIV, UB 192 KB, L1 512 KB, L0A/L0B 64 KB,
+    /// L0C 128 KB, 32-byte alignment, double buffering (`shared/docs/ascend-c.md` section 8).
+    /// HBM bandwidth, clock and launch cost are not in the devkit: the figures below are
+    /// assumptions, stated as such in `sources`, to be replaced by measurements on hardware.
+    pub fn ascend910b() -> Target {
+        Target {
+            name: "ascend910b".into(),
+            cores: 48,
+            matrix_cores: 24,
+            // Assumed 1.6 TB/s (the upper end of public 910B claims; docs/planner.md's example).
+            bandwidth_bytes_per_us: 1.6e6,
+            // 8192 FLOP/cycle/AIC x 24 AIC x an assumed 1.65 GHz ~ 324 TFLOP/s fp16.
+            matmul_flops_per_us: 8192.0 * 24.0 * 1650.0,
+            // 128 fp32 lanes x 2 (FMA) per AIV x 48 AIV x 1.65 GHz.
+            vector_flops_per_us: 256.0 * 48.0 * 1650.0,
+            launch_us: 5.0,
+            overlap: 0.9,
+            align_bytes: 32,
+            double_buffer: true,
+            matmul_operand_bytes: 2,
+            memories: vec![
+                // UB: 192 KB - 256 B usable, minus the 8 KB Ascend C reserve.
+                Memory { name: "ub".into(), bytes: 188_160 },
+                Memory { name: "l1".into(), bytes: 524_032 },
+                Memory { name: "l0a".into(), bytes: 65_536 },
+                Memory { name: "l0b".into(), bytes: 65_536 },
+                Memory { name: "l0c".into(), bytes: 131_072 },
+            ],
+            onchip_fraction: 0.8,
+            sources: vec![
+                "cores, UB/L1/L0 sizes, 32 B alignment, cube 8192 FLOP/cycle: asc-devkit NPU arch 2201 pages (docs/ascend-c.md s. 8)".into(),
+                "HBM 1.6 TB/s, clock 1.65 GHz, launch 5 us: assumptions (not in the devkit; measure on hardware)".into(),
+            ],
+        }
+    }
+
+    /// A profile by name (`host`, `ascend910b`).
+    pub fn named(name: &str) -> Option<Target> {
+        match name {
+            "host" => Some(Target::host()),
+            "ascend910b" => Some(Target::ascend910b()),
+            _ => None,
         }
     }
 }
 
-fn read_l2() -> Option<u64> {
+/// Data cache size of `level` for cpu0 from sysfs.
+fn read_cache(level: u32) -> Option<u64> {
     for idx in 0..8 {
         let base = format!("/sys/devices/system/cpu/cpu0/cache/index{idx}");
-        let level = std::fs::read_to_string(format!("{base}/level")).ok()?;
-        if level.trim() != "2" {
+        let lv = std::fs::read_to_string(format!("{base}/level")).ok()?;
+        let ty = std::fs::read_to_string(format!("{base}/type")).unwrap_or_default();
+        if lv.trim() != level.to_string() || ty.trim() == "Instruction" {
             continue;
         }
         let size = std::fs::read_to_string(format!("{base}/size")).ok()?;

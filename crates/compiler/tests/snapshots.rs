@@ -24,7 +24,16 @@ fn seed() -> Unit {
 
 /// A fixed target, so snapshots do not depend on this machine's caches.
 fn target() -> Target {
-    Target { onchip_bytes: 1 << 20, ..Target::host() }
+    use autofusion_compiler::target::Memory;
+    Target {
+        cores: 2,
+        matrix_cores: 2,
+        matmul_flops_per_us: 16_000.0,
+        vector_flops_per_us: 4_000.0,
+        memories: vec![Memory { name: "l1".into(), bytes: 32 << 10 }, Memory { name: "l2".into(), bytes: 1 << 20 }],
+        sources: vec!["fixed test profile".into()],
+        ..Target::host()
+    }
 }
 
 const FFN: &str = r#"
@@ -111,19 +120,31 @@ fn seed_layer_plans_per_opt_level() {
         k15 [] out: matmul
         k16 [elementwise_chain] out: add add
     "#]]);
+    check_plan(3, expect![[r#"
+        k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+        k1 [linear_epilogue] q: matmul add
+        k2 [linear_epilogue] k: matmul add
+        k3 [linear_epilogue] v: matmul add
+        k4 [flash_attention] scores: matmul mul; p: reduce_max sub exp reduce_sum div; a: matmul
+        k5 [] a: copy
+        k6 [elementwise_chain,linear_epilogue] x1: matmul add add
+        k7 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+        k8 [linear_epilogue] f: matmul add silu
+        k9 [elementwise_chain,linear_epilogue] out: matmul add add
+    "#]]);
     check_plan(2, expect![[r#"
-        k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt
-        k1 [elementwise_chain,linear_epilogue,norm_linear_prologue] h: sub mul mul add; q: matmul add
-        k2 [elementwise_chain,linear_epilogue,norm_linear_prologue] h: sub mul mul add; k: matmul add
-        k3 [elementwise_chain,linear_epilogue,norm_linear_prologue] h: sub mul mul add; v: matmul add
+        k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+        k1 [linear_epilogue] q: matmul add
+        k2 [linear_epilogue] k: matmul add
+        k3 [linear_epilogue] v: matmul add
         k4 [linear_epilogue] scores: matmul mul
         k5 [elementwise_chain,reduce_epilogue] p: reduce_max sub exp reduce_sum
         k6 [norm_linear_prologue] p: div; a: matmul
         k7 [] a: copy
-        k8 [linear_epilogue] x1: matmul add add
-        k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt
-        k10 [elementwise_chain,linear_epilogue,norm_linear_prologue] h2: sub mul mul add; f: matmul add silu
-        k11 [linear_epilogue] out: matmul add add
+        k8 [elementwise_chain,linear_epilogue] x1: matmul add add
+        k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+        k10 [linear_epilogue] f: matmul add silu
+        k11 [elementwise_chain,linear_epilogue] out: matmul add add
     "#]]);
 }
 
@@ -161,4 +182,23 @@ fn the_report_explains_every_candidate() {
     }
     let md = report::report_md(&u.graph, &b.plan, &report::summary(&u.graph, &b.plan, &[]));
     assert!(md.contains("| k0 |") && md.contains("## Candidates"));
+}
+
+
+#[test]
+fn planning_a_fused_plan_again_changes_nothing() {
+    let src = std::fs::read_to_string("../../tests/layers/mod.rs").unwrap();
+    let file = syn::parse_file(&src).unwrap();
+    let mut graphs: Vec<Unit> = find_graphs(&file.items).into_iter().map(|(f, a)| Unit::parse(a, f).unwrap()).collect();
+    graphs.push(seed());
+    for u in graphs {
+        for level in 1..=3 {
+            let o = &u.lowered.options;
+            let first = autofusion_compiler::plan::plan(&u.graph, level, o.rules, &o.hints, &target());
+            let again = autofusion_compiler::plan::plan_from(&u.graph, level, o.rules, &o.hints, &target(), Some(&first.groups));
+            let nodes = |p: &autofusion_compiler::plan::Plan| p.groups.iter().map(|g| g.nodes.clone()).collect::<Vec<_>>();
+            assert_eq!(nodes(&first), nodes(&again), "{} at opt_level {level}", u.name());
+            assert!(again.candidates.iter().all(|c| !matches!(c.decision, autofusion_compiler::plan::Decision::Accepted { .. })), "{}: no merge left", u.name());
+        }
+    }
 }

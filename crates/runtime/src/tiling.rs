@@ -53,6 +53,22 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
             let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
             (tiling, (mc * kc + kc * nc + mc * nc) as usize)
         }
+        Work::Flash { batch, sq, sk, d, dv } => {
+            let (b, sq, sk, d, dv) = (eval(batch).max(0), eval(sq).max(0), eval(sk).max(1), eval(d).max(1), eval(dv).max(1));
+            let mut br = sq.clamp(1, 32);
+            let bc = sk.clamp(1, 128);
+            // Enough query blocks to keep every thread busy.
+            while b * ((sq + br - 1) / br) < 2 * t && br > 4 {
+                br /= 2;
+            }
+            let units = b * ((sq + br - 1) / br);
+            let flops = 4 * b * sq * sk * d;
+            let blocks = if flops < 4 * MIN_PARALLEL_ELEMS { 1 } else { units.min(8 * t) }.max(1);
+            let upb = ((units + blocks - 1) / blocks).max(1);
+            let block_num = if units == 0 { 0 } else { (units + upb - 1) / upb };
+            let tiling = Tiling { block_num, rows_per_block: upb, mc: br, nc: bc, units, ..Default::default() };
+            (tiling, (br * d + bc * d + bc * dv + br * bc + br * dv + 2 * br) as usize)
+        }
     }
 }
 

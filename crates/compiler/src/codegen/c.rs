@@ -571,6 +571,88 @@ fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     Work::MatMul { batch: numel(&batch), m: out_shape[r - 2].clone(), n: out_shape[r - 1].clone(), k: k_dim }
 }
 
+/// Online-softmax attention: for each block of queries, loop over blocks of keys keeping the
+/// running row max, row sum and output accumulator; the S x S scores never reach memory.
+fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
+    let g = em.g;
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let f = crate::plan::flash_parts(g, &members).expect("planner formed a flash group");
+    let (q, kt, v) = (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
+    let ss = g.node(f.scores).shape.clone();
+    let r = ss.len();
+    let batch: Shape = ss[..r - 2].to_vec();
+    let (sq, sk) = (ss[r - 2].clone(), ss[r - 1].clone());
+    let d = g.node(q).shape.last().unwrap().clone();
+    let dv = g.node(f.pv).shape.last().unwrap().clone();
+    let with = |last2: [DimExpr; 2]| {
+        let mut s = batch.clone();
+        s.extend(last2);
+        s
+    };
+    let mut spq = Space { tag: "q", shape: with([sq.clone(), d.clone()]), accesses: BTreeMap::new() };
+    let mut spk = Space { tag: "k", shape: with([d.clone(), sk.clone()]), accesses: BTreeMap::new() };
+    let mut spv = Space { tag: "v", shape: with([sk.clone(), dv.clone()]), accesses: BTreeMap::new() };
+    let mut sps = Space { tag: "s", shape: ss.clone(), accesses: BTreeMap::new() };
+    em.access(&mut spq, q);
+    em.access(&mut spk, kt);
+    em.access(&mut spv, v);
+    for &m in &f.chain {
+        for &i in &g.node(m).inputs {
+            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) {
+                em.access(&mut sps, i);
+            }
+        }
+    }
+    let causal = f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask);
+    let _ = writeln!(body, "    const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};", em.dim(&numel(&batch)), em.dim(&sq), em.dim(&sk), em.dim(&d), em.dim(&dv));
+    let _ = writeln!(body, "    const int64_t BR = t->mc, BC = t->nc, qt = (SQ + BR - 1) / BR, units = BATCH * qt;");
+    let _ = writeln!(body, "    float *Qt = scratch, *Kt = Qt + BR * D, *Vt = Kt + BC * D, *St = Vt + BC * DV, *Ot = St + BR * BC, *Mr = Ot + BR * DV, *Lr = Mr + BR;");
+    let _ = writeln!(body, "    const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);");
+    let _ = writeln!(body, "    for (int64_t u = u0; u < u1; ++u) {{");
+    let _ = writeln!(body, "        const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min64(BR, SQ - q0);");
+    let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{ /* load the query block */");
+    body.push_str(&em.row_prologue(&spq, "bi * SQ + q0 + i", "            "));
+    let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) Qt[i * D + c] = {};", em.read(&spq, q, "c"));
+    let _ = writeln!(body, "            Mr[i] = -INFINITY; Lr[i] = 0.0f;\n            for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;\n        }}");
+    let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < SK; k0 += BC) {{");
+    if causal {
+        let shift = sk.sub(&sq);
+        let _ = writeln!(body, "            if (k0 > q0 + br - 1 + {}) break; /* every later key is masked for this block */", em.dim(&shift));
+    }
+    let _ = writeln!(body, "            const int64_t bc = af_min64(BC, SK - k0);");
+    let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) {{ /* load K^T block */");
+    body.push_str(&em.row_prologue(&spk, "bi * D + c", "                "));
+    let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) Kt[j * D + c] = {};\n            }}", em.read(&spk, kt, "k0 + j"));
+    let _ = writeln!(body, "            for (int64_t j = 0; j < bc; ++j) {{ /* load V block */");
+    body.push_str(&em.row_prologue(&spv, "bi * SK + k0 + j", "                "));
+    let _ = writeln!(body, "                for (int64_t c = 0; c < DV; ++c) Vt[j * DV + c] = {};\n            }}", em.read(&spv, v, "c"));
+    let _ = writeln!(body, "            for (int64_t i = 0; i < br; ++i) {{");
+    body.push_str(&em.row_prologue(&sps, "bi * SQ + q0 + i", "                "));
+    let _ = writeln!(body, "                float mx = Mr[i];");
+    let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) {{");
+    let _ = writeln!(body, "                    float dot = 0.0f;\n                    for (int64_t c = 0; c < D; ++c) dot += Qt[i * D + c] * Kt[j * D + c];");
+    let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(f.qk), round_to(g.node(f.qk).dtype, "dot".into()), g.node(f.qk).name);
+    for &m in &f.chain {
+        let n = g.node(m);
+        let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &sps, &members, &|x| Some(em.var(x)), *i, "k0 + j")).collect();
+        let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &sps, m, &ops, "k0 + j"), n.name);
+    }
+    let _ = writeln!(body, "                    St[i * BC + j] = {};\n                    mx = fmaxf(mx, St[i * BC + j]);\n                }}", em.var(f.scores));
+    let _ = writeln!(body, "                /* online softmax: rescale what was accumulated under the old max */");
+    let _ = writeln!(body, "                const float corr = expf(Mr[i] - mx);\n                float l = Lr[i] * corr;");
+    let _ = writeln!(body, "                for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
+    let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) {{\n                    const float p = expf(St[i * BC + j] - mx);\n                    l += p;");
+    let _ = writeln!(body, "                    for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] += p * Vt[j * DV + c];\n                }}");
+    let _ = writeln!(body, "                Mr[i] = mx; Lr[i] = l;\n            }}\n        }}");
+    let ob = em.buf[&f.pv];
+    let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{ /* normalise and store */");
+    let _ = writeln!(body, "            const float inv = 1.0f / Lr[i];");
+    let val = round_to(g.node(f.pv).dtype, "Ot[i * DV + c] * inv".into());
+    let _ = writeln!(body, "            for (int64_t c = 0; c < DV; ++c) {{ const float o = {val}; {} }}", store(g.node(f.pv).dtype, &format!("out{ob}"), "(bi * SQ + q0 + i) * DV + c", "o"));
+    let _ = writeln!(body, "        }}\n    }}");
+    Work::Flash { batch: numel(&batch), sq, sk, d, dv }
+}
+
 fn gen_concat(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let g = em.g;
     let id = grp.nodes[0];
@@ -642,6 +724,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
             GroupKind::Elementwise => gen_rows(&mut em, grp, &mut body),
             GroupKind::MatMul => gen_matmul(&mut em, grp, &mut body),
             GroupKind::Concat => gen_concat(&mut em, grp, &mut body),
+            GroupKind::FlashAttention => gen_flash(&mut em, grp, &mut body),
         };
         let ops = describe(g, grp);
         let why = if grp.rules.is_empty() {

@@ -1,0 +1,278 @@
+//! The cost model: a kernel's time in microseconds at its best feasible tiling.
+//!
+//! `T = launch + (max(t_mem, t_comp) + (1 - overlap) * min(t_mem, t_comp)) / wave_efficiency`,
+//! with `t_mem = bytes / bandwidth` [B / (B/us) = us] and `t_comp = flops / peak`
+//! [FLOP / (FLOP/us) = us]. Bytes count only tensors crossing the kernel boundary, times the
+//! number of times the tile loops re-fetch them. A tiling is feasible when every on-chip buffer
+//! it needs, rounded to the target's alignment (and doubled where the target double-buffers),
+//! fits in `onchip_fraction` of that memory.
+
+use crate::dim::{numel, DimExpr};
+use crate::ir::{Graph, NodeId, Op, UnaryOp};
+use crate::layout::resolve;
+use crate::plan::{iter_shape, space_of, GroupKind};
+use crate::target::Target;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// A tiling the cost model chose for a kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tiling {
+    Rows { rows_per_tile: i64 },
+    MatMul { mc: i64, nc: i64, kc: i64 },
+    Flash { br: i64, bc: i64 },
+}
+
+/// A kernel's modelled cost. Times in us, sizes in bytes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelCost {
+    pub time_us: f64,
+    pub launch_us: f64,
+    pub mem_us: f64,
+    pub compute_us: f64,
+    /// Busy share of the cores in the last wave, 0..1.
+    pub wave_efficiency: f64,
+    pub bytes: f64,
+    pub flops: f64,
+    pub tiling: Tiling,
+    /// On-chip bytes per core at the tiling, per memory.
+    pub onchip: Vec<(String, u64)>,
+    /// Execution time (without launch) at the best tiling when capacity is ignored.
+    pub unconstrained_exec_us: f64,
+}
+
+/// FLOPs one element of an op costs on a vector unit (transcendentals are series or tables).
+fn op_weight(op: &Op) -> f64 {
+    match op {
+        Op::Unary(UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu) => 8.0,
+        Op::Unary(UnaryOp::Gelu | UnaryOp::GeluTanh) => 12.0,
+        Op::Unary(UnaryOp::Sqrt | UnaryOp::Rsqrt) => 4.0,
+        Op::Binary(crate::ir::BinaryOp::Pow) => 16.0,
+        Op::Binary(crate::ir::BinaryOp::Div) => 2.0,
+        _ => 1.0,
+    }
+}
+
+struct Ctx<'a> {
+    g: &'a Graph,
+    t: &'a Target,
+    est: &'a dyn Fn(&DimExpr) -> i64,
+}
+
+impl Ctx<'_> {
+    fn n(&self, d: &DimExpr) -> f64 {
+        (self.est)(d).max(0) as f64
+    }
+    fn elems(&self, id: NodeId) -> f64 {
+        self.n(&numel(&self.g.node(id).shape))
+    }
+    fn bytes(&self, id: NodeId) -> f64 {
+        self.elems(id) * self.g.node(id).dtype.size() as f64
+    }
+    fn align(&self, b: f64) -> u64 {
+        let a = self.t.align_bytes.max(1);
+        (b.max(0.0) as u64).div_ceil(a) * a
+    }
+    fn fits(&self, use_: &[(String, u64)]) -> bool {
+        use_.iter().all(|(m, b)| self.t.budget(m).is_none_or(|cap| *b <= cap))
+    }
+    fn exec_us(&self, bytes: f64, mm_flops: f64, vec_flops: f64, mm_eff: f64, tiles: f64, cores: u32) -> (f64, f64, f64, f64) {
+        let mem = bytes / self.t.bandwidth_bytes_per_us;
+        let comp = mm_flops / (self.t.matmul_flops_per_us * mm_eff.max(1e-3)) + vec_flops / self.t.vector_flops_per_us;
+        let c = cores.max(1) as f64;
+        let tiles = tiles.max(1.0);
+        let wave = tiles / (c * (tiles / c).ceil());
+        let exec = (mem.max(comp) + (1.0 - self.t.overlap) * mem.min(comp)) / wave;
+        (exec, mem, comp, wave)
+    }
+}
+
+/// External values a kernel reads (the value read, possibly a view), and its written members.
+fn boundary(g: &Graph, members: &BTreeSet<NodeId>, users: &[Vec<NodeId>], outputs: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
+    let mut ins = BTreeSet::new();
+    for m in members {
+        for i in &g.node(*m).inputs {
+            if !members.contains(i) && !matches!(g.node(resolve(g, *i).base).op, Op::Const { .. }) {
+                ins.insert(*i);
+            }
+        }
+    }
+    let outs = members
+        .iter()
+        .copied()
+        .filter(|m| g.outputs.contains(m) || outputs.contains(m) || users[m.idx()].iter().any(|u| !members.contains(u)))
+        .collect();
+    (ins.into_iter().collect(), outs)
+}
+
+fn best(cands: Vec<(f64, f64, f64, f64, f64, Tiling, Vec<(String, u64)>, bool)>, launch: f64, flops: f64) -> Result<KernelCost, String> {
+    let unconstrained = cands.iter().map(|c| c.0).fold(f64::INFINITY, f64::min);
+    let mut feasible: Vec<_> = cands.into_iter().filter(|c| c.7).collect();
+    if feasible.is_empty() {
+        return Err("no tiling fits on chip".into());
+    }
+    feasible.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+    let (exec, mem, comp, wave, bytes, tiling, onchip, _) = feasible.swap_remove(0);
+    Ok(KernelCost {
+        time_us: launch + exec,
+        launch_us: launch,
+        mem_us: mem,
+        compute_us: comp,
+        wave_efficiency: wave,
+        bytes,
+        flops,
+        tiling,
+        onchip,
+        unconstrained_exec_us: unconstrained,
+    })
+}
+
+/// The cost of one kernel holding `members`. `extra_outputs` are members another kernel reads
+/// even though all their users look internal (duplicated prologues).
+pub fn kernel_cost(
+    g: &Graph,
+    users: &[Vec<NodeId>],
+    members: &BTreeSet<NodeId>,
+    kind: GroupKind,
+    anchor: Option<NodeId>,
+    target: &Target,
+    est: &dyn Fn(&DimExpr) -> i64,
+) -> Result<KernelCost, String> {
+    let cx = Ctx { g, t: target, est };
+    let (ins, outs) = boundary(g, members, users, &[]);
+    let out_bytes: f64 = outs.iter().map(|o| cx.bytes(*o)).sum();
+    let vec_flops: f64 = members
+        .iter()
+        .filter(|m| !matches!(g.node(**m).op, Op::MatMul))
+        .map(|m| {
+            let n = g.node(*m);
+            let it = cx.n(&numel(&iter_shape(g, *m)));
+            it * op_weight(&n.op)
+        })
+        .sum();
+    let launch = target.launch_us;
+    let mut cands = Vec::new();
+    match kind {
+        GroupKind::Elementwise | GroupKind::Concat => {
+            let space = if kind == GroupKind::Concat {
+                g.node(*members.iter().next().unwrap()).shape.clone()
+            } else {
+                space_of(g, &members.iter().copied().collect::<Vec<_>>()).ok_or("members iterate over different shapes")?
+            };
+            let n = cx.n(space.last().unwrap()).max(1.0);
+            let rows = cx.n(&numel(&space[..space.len() - 1].to_vec())).max(1.0);
+            let in_bytes: f64 = ins.iter().map(|i| cx.bytes(*i)).sum();
+            let bytes = in_bytes + out_bytes;
+            // Streams per row (inputs and outputs at full width) and values kept across phases.
+            let full = |id: NodeId| cx.n(g.node(id).shape.last().unwrap_or(&DimExpr::constant(1))) >= n && n > 1.0;
+            let streams = ins.iter().filter(|i| full(**i)).count() + outs.iter().filter(|o| full(**o)).count();
+            let kept = members.iter().filter(|m| full(**m) && g.node(**m).shape == space).count();
+            let db = if target.double_buffer { 2.0 } else { 1.0 };
+            let mut r = 1.0;
+            while r <= rows.max(1.0) {
+                let tiles = (rows / r).ceil();
+                let per_row = (streams as f64 * db + kept as f64) * n * 4.0;
+                let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
+                // On the host a block streams one row at a time; on Ascend a tile holds r rows.
+                let onchip = if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
+                let use_ = vec![(mem_name.to_string(), onchip)];
+                let (exec, mem, comp, wave) = cx.exec_us(bytes, 0.0, vec_flops, 1.0, tiles, target.cores);
+                cands.push((exec, mem, comp, wave, bytes, Tiling::Rows { rows_per_tile: r as i64 }, use_.clone(), cx.fits(&use_)));
+                if mem_name != "ub" {
+                    break; // the host's choice of r does not change the model
+                }
+                r *= 2.0;
+            }
+            best(cands, launch, vec_flops)
+        }
+        GroupKind::MatMul => {
+            let a = anchor.expect("matmul group has an anchor");
+            let an = g.node(a);
+            let out = &an.shape;
+            let r = out.len();
+            let (m, nn) = (cx.n(&out[r - 2]), cx.n(&out[r - 1]));
+            let k = cx.n(g.node(an.inputs[0]).shape.last().unwrap());
+            let batch = cx.n(&numel(&out[..r - 2].to_vec())).max(1.0);
+            let mm_flops = 2.0 * batch * m * nn * k;
+            // Prologue = members upstream of the anchor: their inputs stream with A.
+            let mut pro = BTreeSet::new();
+            let mut stack = vec![a];
+            while let Some(x) = stack.pop() {
+                for i in &g.node(x).inputs {
+                    if members.contains(i) && pro.insert(*i) {
+                        stack.push(*i);
+                    }
+                }
+            }
+            let a_in: Vec<NodeId> = ins.iter().copied().filter(|i| pro.iter().any(|p| g.node(*p).inputs.contains(i)) || *i == an.inputs[0]).collect();
+            let b_in = an.inputs[1];
+            let other: Vec<NodeId> = ins.iter().copied().filter(|i| !a_in.contains(i) && *i != b_in).collect();
+            let a_bytes: f64 = a_in.iter().map(|i| cx.bytes(*i)).sum();
+            let b_bytes = cx.bytes(b_in);
+            let epi_bytes: f64 = other.iter().map(|i| cx.bytes(*i)).sum();
+            let pro_flops: f64 = pro.iter().map(|p| cx.n(&numel(&g.node(*p).shape)) * op_weight(&g.node(*p).op)).sum();
+            let epi_flops = vec_flops - pro_flops;
+            let ob = target.matmul_operand_bytes as f64;
+            let db = if target.double_buffer { 2.0 } else { 1.0 };
+            for mc in [16.0, 32.0, 64.0, 128.0, 256.0] {
+                for nc in [32.0, 64.0, 128.0, 256.0, 512.0] {
+                    for kc in [64.0, 128.0, 256.0, 512.0] {
+                        let (mc, nc, kc) = (f64::min(mc, m.max(1.0)), f64::min(nc, nn.max(1.0)), f64::min(kc, k.max(1.0)));
+                        let (mt, nt) = ((m / mc).ceil().max(1.0), (nn / nc).ceil().max(1.0));
+                        let bytes = a_bytes * nt + b_bytes * mt + epi_bytes + out_bytes;
+                        let flops_v = pro_flops * nt + epi_flops;
+                        let eff = (mc / (mc + 8.0)) * (nc / (nc + 16.0));
+                        let tiles = batch * mt * nt;
+                        let use_: Vec<(String, u64)> = if target.memory("ub").is_some() {
+                            let k0 = kc.min(64.0);
+                            vec![
+                                ("l1".into(), cx.align((mc * kc + kc * nc) * ob * db)),
+                                ("l0a".into(), cx.align(mc * k0 * ob * db)),
+                                ("l0b".into(), cx.align(k0 * nc * ob * db)),
+                                ("l0c".into(), cx.align(mc * nc * 4.0)),
+                                ("ub".into(), cx.align(mc * nc * 4.0 * (1.0 + other.len() as f64) * db)),
+                            ]
+                        } else {
+                            vec![("l2".into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
+                        };
+                        let (exec, mem, comp, wave) = cx.exec_us(bytes, mm_flops, flops_v, eff, tiles, target.matrix_cores);
+                        let ok = cx.fits(&use_);
+                        cands.push((exec, mem, comp, wave, bytes, Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 }, use_, ok));
+                    }
+                }
+            }
+            best(cands, launch, mm_flops + vec_flops)
+        }
+        GroupKind::FlashAttention => {
+            let f = crate::plan::flash_parts(g, members).ok_or("not an attention pattern")?;
+            let s = &g.node(f.scores).shape;
+            let r = s.len();
+            let (sq, sk) = (cx.n(&s[r - 2]), cx.n(&s[r - 1]));
+            let batch = cx.n(&numel(&s[..r - 2].to_vec())).max(1.0);
+            let d = cx.n(g.node(g.node(f.qk).inputs[0]).shape.last().unwrap());
+            let dv = cx.n(g.node(f.pv).shape.last().unwrap());
+            let mm_flops = 2.0 * batch * sq * sk * (d + dv);
+            let vec_f = 12.0 * batch * sq * sk;
+            let q_bytes = cx.bytes(g.node(f.qk).inputs[0]);
+            let kv_bytes = cx.bytes(g.node(f.qk).inputs[1]) + cx.bytes(g.node(f.pv).inputs[1]);
+            let mask_bytes: f64 = ins.iter().filter(|i| **i != g.node(f.qk).inputs[0] && **i != g.node(f.qk).inputs[1] && **i != g.node(f.pv).inputs[1]).map(|i| cx.bytes(*i)).sum();
+            let db = if target.double_buffer { 2.0 } else { 1.0 };
+            for br in [16.0, 32.0, 64.0, 128.0] {
+                for bc in [32.0, 64.0, 128.0, 256.0] {
+                    let (br, bc) = (f64::min(br, sq.max(1.0)), f64::min(bc, sk.max(1.0)));
+                    let qt = (sq / br).ceil().max(1.0);
+                    let bytes = q_bytes + kv_bytes * qt + mask_bytes + out_bytes;
+                    let onchip = (br * d + (bc * d + bc * dv) * db + br * bc + br * dv) * 4.0;
+                    let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
+                    let use_ = vec![(mem_name.to_string(), cx.align(onchip))];
+                    let eff = (br / (br + 8.0)) * (bc / (bc + 16.0));
+                    let (exec, mem, comp, wave) = cx.exec_us(bytes, mm_flops, vec_f, eff, batch * qt, target.matrix_cores);
+                    let ok = cx.fits(&use_);
+                    cands.push((exec, mem, comp, wave, bytes, Tiling::Flash { br: br as i64, bc: bc as i64 }, use_, ok));
+                }
+            }
+            best(cands, launch, mm_flops + vec_f)
+        }
+    }
+}
