@@ -15,10 +15,13 @@
 //! | env var | effect |
 //! |---|---|
 //! | `AUTOFUSION_VERBOSE=1` | print the plan summary of every graph as cargo warnings |
+//! | `AUTOFUSION_PROFILE=<file.json \| host \| ascend910b>` | plan with a pinned profile instead of the host calibration (cached in `<target dir>/autofusion/host-profile.json`) |
 
 #![deny(missing_docs)]
 
 use autofusion_compiler::{env_var, report, target::Target, Unit, Variant};
+
+mod calibrate;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -30,6 +33,8 @@ pub struct Options {
     pub verbose: Option<bool>,
     /// Where to write generated files (default: `$OUT_DIR`).
     pub out_dir: Option<PathBuf>,
+    /// Plan for this profile instead of the calibrated host (`host`, `ascend910b`).
+    pub target: Option<String>,
 }
 
 /// The build.rs entry point (`cc::Build`-style setters).
@@ -111,6 +116,11 @@ impl Builder {
         self.options.verbose = Some(v);
         self
     }
+    /// Plan for a named profile (`host`, `ascend910b`) instead of the calibrated host.
+    pub fn target(&mut self, name: &str) -> &mut Builder {
+        self.options.target = Some(name.to_string());
+        self
+    }
     /// Write generated files under `dir` instead of `$OUT_DIR`.
     pub fn out_dir(&mut self, dir: impl AsRef<Path>) -> &mut Builder {
         self.options.out_dir = Some(dir.as_ref().to_path_buf());
@@ -149,7 +159,16 @@ impl Builder {
             })?),
         };
         let root = out_dir.join("autofusion");
-        let target = Target::host();
+        let (target, provenance) = match &self.options.target {
+            Some(name) => match Target::named(name) {
+                Some(t) => (t, format!("profile `{name}` (Builder::target)")),
+                None => return Err(Error { rendered: format!("error: unknown target profile `{name}`\n  = help: known profiles: host, ascend910b") }),
+            },
+            None => calibrate::profile(&out_dir).map_err(|e| Error { rendered: format!("error: {e}") })?,
+        };
+        if verbose {
+            println!("cargo:warning=[INFO] Planning for {provenance}.");
+        }
         let mut graphs: Vec<GraphOutput> = Vec::new();
         let mut errors = String::new();
         let mut c_files: Vec<(PathBuf, bool)> = Vec::new();

@@ -55,6 +55,9 @@ pub struct ModuleMeta {
     pub kernels: Vec<abi::KernelMeta>,
     /// The plan summary lines (DESIGN.md section 5), without the generated-files line.
     pub summary: Vec<String>,
+    /// Run all kernels in one parallel region (the `pipeline` rule).
+    #[serde(default)]
+    pub pipeline: bool,
 }
 
 /// One `#[fused_graph]` function, parsed, checked and canonicalised.
@@ -155,6 +158,7 @@ impl Unit {
                 graph: self.graph.clone(),
                 kernels: kernels.to_vec(),
                 summary: summary.clone(),
+                pipeline: plan.pipeline,
             })
             .expect("metadata serialises")
         };

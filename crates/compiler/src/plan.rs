@@ -60,7 +60,7 @@ impl Rule {
     /// Rules this version of the planner forms groups for. The others are accepted by name (so
     /// option lists stay valid) and reported as not implemented yet.
     pub fn implemented(self) -> bool {
-        !matches!(self, Rule::QkvHorizontal | Rule::Pipeline)
+        !matches!(self, Rule::QkvHorizontal)
     }
 }
 
@@ -214,6 +214,8 @@ pub struct Plan {
     pub bytes: f64,
     pub unfused_bytes: f64,
     pub launches_saved: i64,
+    /// Run every kernel in one launch, each waiting only for the kernels it depends on.
+    pub pipeline: bool,
 }
 
 impl Plan {
@@ -976,14 +978,62 @@ pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64
         candidates.push(c);
     }
     let groups = finalize(&p);
-    let total_us = groups.iter().filter_map(|g| g.cost.as_ref()).map(|c| c.time_us).sum();
+    let mut total_us: f64 = groups.iter().filter_map(|g| g.cost.as_ref()).map(|c| c.time_us).sum();
+    let mut launches_saved = p.groups.iter().flatten().count() as i64;
+    launches_saved = (g.ids().filter(|id| is_member_op(&g.node(*id).op)).count() as i64) - launches_saved;
+    // The pipeline: one launch for the whole graph (SuperKernel style). A kernel waits only for
+    // the kernels it reads from; each wait is modelled as a quarter of a launch.
+    let mut pipeline = false;
+    if opt_level > 0 && groups.len() > 1 {
+        let edges: usize = (0..groups.len())
+            .map(|k| groups[..k].iter().filter(|e| e.outputs.iter().any(|o| groups[k].inputs.contains(o))).count())
+            .sum();
+        let n = groups.len() as f64;
+        let launch = target.launch_us;
+        let parts_us = total_us;
+        let fused_us = total_us - (n - 1.0) * launch + edges as f64 * 0.25 * launch;
+        let benefit_us = parts_us - fused_us;
+        let margin_us = 0.5f64.max(0.03 * n * launch);
+        let first = groups[0].nodes.clone();
+        let rest: Vec<Vec<NodeId>> = groups[1..].iter().map(|g| g.nodes.clone()).collect();
+        let mut c = Candidate {
+            rule: Some(Rule::Pipeline),
+            producer: first,
+            consumers: rest,
+            parts_us,
+            fused_us,
+            benefit_us,
+            margin_us,
+            bytes_saved: 0,
+            bytes_saved_us: 0.0,
+            launches_saved: groups.len() as i64 - 1,
+            launches_saved_us: (n - 1.0) * launch,
+            tiling_loss_us: 0.0,
+            recompute_us: 0.0,
+            onchip: Vec::new(),
+            tiling: None,
+            decision: Decision::Accepted { step: 0 },
+        };
+        c.decision = match p.rule_on(Rule::Pipeline) {
+            Err((reason, detail)) => Decision::Rejected { reason, detail },
+            Ok(()) if benefit_us > margin_us => {
+                pipeline = true;
+                total_us = fused_us;
+                launches_saved += groups.len() as i64 - 1;
+                Decision::Accepted { step: candidates.iter().filter(|c| matches!(c.decision, Decision::Accepted { .. })).count() + 1 }
+            }
+            Ok(()) => Decision::Rejected { reason: Reason::NotProfitable, detail: format!("benefit {benefit_us:.2} us <= margin {margin_us:.2} us") },
+        };
+        candidates.push(c);
+    }
     let bytes = groups.iter().filter_map(|g| g.cost.as_ref()).map(|c| c.bytes).sum();
     Plan {
         opt_level,
         rules: rules.names().into_iter().map(String::from).collect(),
         target: target.clone(),
         hints: hints.to_vec(),
-        launches_saved: unfused.len() as i64 - groups.len() as i64,
+        launches_saved,
+        pipeline,
         groups,
         candidates,
         total_us,

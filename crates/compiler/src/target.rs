@@ -26,6 +26,9 @@ pub struct Target {
     pub matmul_flops_per_us: f64,
     /// Elementwise peak of the whole device, FLOP/us.
     pub vector_flops_per_us: f64,
+    /// The FMA peak of the whole device, FLOP/us (for reports: achieved vs peak).
+    #[serde(default)]
+    pub fma_peak_flops_per_us: f64,
     /// Cost of one kernel launch, us.
     pub launch_us: f64,
     /// Share of min(memory, compute) hidden by overlap (double buffering), 0..1.
@@ -69,6 +72,7 @@ impl Target {
             bandwidth_bytes_per_us: 10_000.0,
             matmul_flops_per_us: 8_000.0 * cores as f64,
             vector_flops_per_us: 2_000.0 * cores as f64,
+            fma_peak_flops_per_us: 0.0,
             launch_us: 5.0,
             overlap: 0.5,
             align_bytes: 64,
@@ -99,6 +103,7 @@ impl Target {
             matmul_flops_per_us: 8192.0 * 24.0 * 1650.0,
             // 128 fp32 lanes x 2 (FMA) per AIV x 48 AIV x 1.65 GHz.
             vector_flops_per_us: 256.0 * 48.0 * 1650.0,
+            fma_peak_flops_per_us: 8192.0 * 24.0 * 1650.0,
             launch_us: 5.0,
             overlap: 0.9,
             align_bytes: 32,

@@ -14,6 +14,7 @@ use autofusion_compiler::ModuleMeta;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A generated kernel (see `autofusion_compiler::abi`).
@@ -48,6 +49,9 @@ pub struct ShapePlan {
     pub arena_bytes: usize,
     /// Bytes all intermediates would take without reuse.
     pub intermediate_bytes: usize,
+    /// For the pipeline: the earlier kernels each kernel must wait for (it reads their
+    /// outputs, or its outputs reuse arena memory they read or write).
+    pub deps: Vec<Vec<usize>>,
     locs: HashMap<NodeId, Loc>,
     out_shapes: Vec<Vec<usize>>,
 }
@@ -246,7 +250,29 @@ impl Module {
             locs.insert(id, Loc::Arena(off));
         }
         let intermediate_bytes = live.iter().map(|e| e.3).sum();
-        Ok(ShapePlan { dims: dims.to_vec(), tilings, scratch_floats, arena_bytes, intermediate_bytes, locs, out_shapes })
+        // Memory each kernel touches: (reads, writes) as arena byte ranges or buffer ids.
+        let range = |id: NodeId| -> Option<(usize, usize)> {
+            match locs[&id] {
+                Loc::Arena(off) => live.iter().find(|e| e.0 == id).map(|e| (off, off + e.3)),
+                _ => None,
+            }
+        };
+        let overlap = |a: Option<(usize, usize)>, b: Option<(usize, usize)>| matches!((a, b), (Some(x), Some(y)) if x.0 < y.1 && y.0 < x.1);
+        let ks = &self.meta.kernels;
+        let deps = (0..ks.len())
+            .map(|k| {
+                (0..k)
+                    .filter(|&j| {
+                        let (rj, wj) = (&ks[j].buffers[..ks[j].n_inputs], &ks[j].buffers[ks[j].n_inputs..]);
+                        let (rk, wk) = (&ks[k].buffers[..ks[k].n_inputs], &ks[k].buffers[ks[k].n_inputs..]);
+                        let raw = wj.iter().any(|o| rk.contains(o));
+                        let war = rj.iter().chain(wj).any(|x| wk.iter().any(|y| x == y || overlap(range(*x), range(*y))));
+                        raw || war
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(ShapePlan { dims: dims.to_vec(), tilings, scratch_floats, arena_bytes, intermediate_bytes, deps, locs, out_shapes })
     }
 
     /// Run the fused kernels.
@@ -279,29 +305,66 @@ impl Module {
                 Loc::Arena(off) => unsafe { arena_ptr.add(off) as *mut c_void },
             }
         };
-        for (ki, k) in self.meta.kernels.iter().enumerate() {
-            let bufs: Vec<*mut c_void> = k.buffers.iter().map(|b| ptr_of(*b)).collect();
-            let t = plan.tilings[ki];
-            if t.block_num == 0 {
-                continue;
-            }
+        let all_bufs: Vec<Vec<*mut c_void>> =
+            self.meta.kernels.iter().map(|k| k.buffers.iter().map(|b| ptr_of(*b)).collect()).collect();
+        let bufs: Vec<SendPtr> = all_bufs.iter().map(|b| SendPtr(b.as_ptr())).collect();
+        let dims_ptr = dims.as_ptr() as usize;
+        let run_block = |ki: usize, b: usize| {
             let scratch = plan.scratch_floats[ki];
+            let t = &plan.tilings[ki];
             let f = self.kernels[ki];
-            let bp = SendPtr(bufs.as_ptr());
-            let dims_ptr = dims.as_ptr() as usize;
-            let run_block = move |b: usize| {
-                SCRATCH.with(|s| {
-                    let mut s = s.borrow_mut();
-                    if s.len() < scratch.max(1) {
-                        s.resize(scratch.max(1), 0.0);
+            let bp = bufs[ki];
+            SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                if s.len() < scratch.max(1) {
+                    s.resize(scratch.max(1), 0.0);
+                }
+                // SAFETY: the buffers are sized from the same shapes the kernel computes
+                // with; each block writes a disjoint range of rows or tiles.
+                unsafe { f(bp.0, dims_ptr as *const i64, t, b as i64, s.as_mut_ptr()) };
+            });
+        };
+        let threads = pool().threads();
+        if self.meta.pipeline && threads > 1 {
+            // One parallel region for the whole graph: workers walk the kernels in order,
+            // claim blocks, and wait only for the kernels a kernel depends on.
+            let n = self.meta.kernels.len();
+            let next: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            let done: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool().run(threads, &|_| {
+                for k in 0..n {
+                    let nb = plan.tilings[k].block_num as usize;
+                    let mut waited = false;
+                    loop {
+                        let b = next[k].fetch_add(1, Ordering::Relaxed);
+                        if b >= nb {
+                            break;
+                        }
+                        if !waited {
+                            for &j in &plan.deps[k] {
+                                let need = plan.tilings[j].block_num as usize;
+                                let mut spins = 0u32;
+                                while done[j].load(Ordering::Acquire) < need {
+                                    spins += 1;
+                                    if spins < 1 << 10 {
+                                        std::hint::spin_loop();
+                                    } else {
+                                        std::thread::yield_now();
+                                    }
+                                }
+                            }
+                            waited = true;
+                        }
+                        run_block(k, b);
+                        done[k].fetch_add(1, Ordering::Release);
                     }
-                    let bp = bp;
-                    // SAFETY: the buffers are sized from the same shapes the kernel computes
-                    // with; each block writes a disjoint range of rows or tiles.
-                    unsafe { f(bp.0, dims_ptr as *const i64, &t, b as i64, s.as_mut_ptr()) };
-                });
-            };
-            pool().run(t.block_num as usize, &run_block);
+                }
+            });
+        } else {
+            for ki in 0..self.meta.kernels.len() {
+                let nb = plan.tilings[ki].block_num as usize;
+                pool().run(nb, &|b| run_block(ki, b));
+            }
         }
         drop(guard);
         Ok(outputs)

@@ -1,0 +1,201 @@
+/* Host calibration for the autofusion cost model. Prints one JSON object:
+ *   threads, triad bandwidth (B/us, all threads), FMA peak per core (FLOP/us, AVX2+FMA when
+ *   the CPU has it, else SSE), the GEMM-tile rate per core (FLOP/us) of the same inner kernel
+ *   the generated code uses, an elementwise rate per core (FLOP/us), and the cost of one
+ *   fork/join of all threads (us). Short: about a second in all. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+static volatile float sink;
+
+/* ---- FMA peak: 8 independent vector accumulators ---- */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static double fma_avx2(long iters) {
+    __m256 a[8], b = _mm256_set1_ps(1.0000001f), c = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < 8; i++) a[i] = _mm256_set1_ps((float)i);
+    double t0 = now_us();
+    for (long n = 0; n < iters; n++)
+        for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(a[i], b, c);
+    double t = now_us() - t0;
+    __m256 s = a[0];
+    for (int i = 1; i < 8; i++) s = _mm256_add_ps(s, a[i]);
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    sink = out[0];
+    return (double)iters * 8 * 8 * 2 / t;
+}
+#endif
+static double fma_sse(long iters) {
+    float a[32] = {0}, b = 1.0000001f, c = 1e-7f;
+    double t0 = now_us();
+    for (long n = 0; n < iters; n++)
+        for (int i = 0; i < 32; i++) a[i] = a[i] * b + c;
+    double t = now_us() - t0;
+    sink = a[3];
+    return (double)iters * 32 * 2 / t;
+}
+
+/* ---- the generated code's GEMM inner kernel, on cache-resident panels ---- */
+static inline void gemm_tile(const float *restrict A, const float *restrict B, float *restrict C,
+                             int64_t mlen, int64_t nlen, int64_t klen, int64_t lda, int64_t ldb) {
+    int64_t m = 0;
+    for (; m + 4 <= mlen; m += 4) {
+        float *restrict c0 = C + (m + 0) * ldb, *restrict c1 = C + (m + 1) * ldb;
+        float *restrict c2 = C + (m + 2) * ldb, *restrict c3 = C + (m + 3) * ldb;
+        for (int64_t k = 0; k < klen; ++k) {
+            const float a0 = A[(m + 0) * lda + k], a1 = A[(m + 1) * lda + k];
+            const float a2 = A[(m + 2) * lda + k], a3 = A[(m + 3) * lda + k];
+            const float *restrict b = B + k * ldb;
+            for (int64_t n = 0; n < nlen; ++n) {
+                const float bn = b[n];
+                c0[n] += a0 * bn;
+                c1[n] += a1 * bn;
+                c2[n] += a2 * bn;
+                c3[n] += a3 * bn;
+            }
+        }
+    }
+}
+static double gemm_rate(void) {
+    enum { MC = 64, NC = 256, KC = 128 };
+    float *A = calloc(MC * KC, 4), *B = calloc(KC * NC, 4), *C = calloc(MC * NC, 4);
+    for (int i = 0; i < MC * KC; i++) A[i] = 1e-3f * (i % 7);
+    for (int i = 0; i < KC * NC; i++) B[i] = 1e-3f * (i % 5);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_us();
+        for (int it = 0; it < 20; it++) gemm_tile(A, B, C, MC, NC, KC, KC, NC);
+        double t = now_us() - t0, r = 20.0 * 2 * MC * NC * KC / t;
+        if (r > best) best = r;
+    }
+    sink = C[7];
+    free(A), free(B), free(C);
+    return best;
+}
+static double vector_rate(void) {
+    enum { N = 4096 };
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = 1e-3f * i;
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_us();
+        for (int it = 0; it < 200; it++)
+            for (int i = 0; i < N; i++) y[i] = (x[i] * 1.0001f + y[i]) * 0.999f - 0.5f;
+        double t = now_us() - t0, r = 200.0 * N * 4 / t;
+        if (r > best) best = r;
+    }
+    sink = y[5];
+    return best;
+}
+
+/* ---- triad bandwidth and fork/join cost with pthreads ---- */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    int epoch, finished, nthreads, quit;
+    float *a, *b, *c;
+    size_t n;
+} pool_t;
+static pool_t P;
+typedef struct { int id; } arg_t;
+
+static void triad_part(int id) {
+    if (!P.a) return;
+    size_t lo = P.n * id / P.nthreads, hi = P.n * (id + 1) / P.nthreads;
+    for (size_t i = lo; i < hi; i++) P.a[i] = P.b[i] + 0.5f * P.c[i];
+}
+static void *worker(void *p) {
+    int id = ((arg_t *)p)->id, seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&P.mu);
+        while (P.epoch == seen && !P.quit) pthread_cond_wait(&P.go, &P.mu);
+        if (P.quit) { pthread_mutex_unlock(&P.mu); return 0; }
+        seen = P.epoch;
+        pthread_mutex_unlock(&P.mu);
+        triad_part(id);
+        pthread_mutex_lock(&P.mu);
+        if (++P.finished == P.nthreads - 1) pthread_cond_signal(&P.done);
+        pthread_mutex_unlock(&P.mu);
+    }
+}
+static void launch(void) {
+    pthread_mutex_lock(&P.mu);
+    P.finished = 0;
+    P.epoch++;
+    pthread_cond_broadcast(&P.go);
+    pthread_mutex_unlock(&P.mu);
+    triad_part(0);
+    pthread_mutex_lock(&P.mu);
+    while (P.finished < P.nthreads - 1) pthread_cond_wait(&P.done, &P.mu);
+    pthread_mutex_unlock(&P.mu);
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 1;
+    if (threads < 1) threads = 1;
+    long iters = 2000000;
+    double fma = fma_sse(iters / 4);
+    const char *isa = "sse";
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        fma = fma_avx2(iters);
+        isa = "avx2+fma";
+    }
+#endif
+    double gemm = gemm_rate(), vec = vector_rate();
+    pthread_mutex_init(&P.mu, 0);
+    pthread_cond_init(&P.go, 0);
+    pthread_cond_init(&P.done, 0);
+    P.nthreads = threads;
+    pthread_t th[256];
+    arg_t args[256];
+    for (int i = 1; i < threads && i < 256; i++) {
+        args[i].id = i;
+        pthread_create(&th[i], 0, worker, &args[i]);
+    }
+    /* fork/join with no work */
+    double best_launch = 1e9;
+    for (int rep = 0; rep < 200; rep++) {
+        double t0 = now_us();
+        launch();
+        double t = now_us() - t0;
+        if (t < best_launch) best_launch = t;
+    }
+    /* triad over 3 x 32 MiB */
+    P.n = 8u << 20;
+    float *a = malloc(P.n * 4), *b = malloc(P.n * 4), *c = malloc(P.n * 4);
+    for (size_t i = 0; i < P.n; i++) a[i] = 0, b[i] = 1, c[i] = 2;
+    P.a = a, P.b = b, P.c = c;
+    launch();
+    double best_bw = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_us();
+        launch();
+        double t = now_us() - t0, bw = 3.0 * P.n * 4 / t;
+        if (bw > best_bw) best_bw = bw;
+    }
+    sink = a[12345];
+    pthread_mutex_lock(&P.mu);
+    P.quit = 1;
+    pthread_cond_broadcast(&P.go);
+    pthread_mutex_unlock(&P.mu);
+    for (int i = 1; i < threads && i < 256; i++) pthread_join(th[i], 0);
+    printf("{\"threads\": %d, \"isa\": \"%s\", \"fma_flops_per_us_per_core\": %.1f, \"gemm_flops_per_us_per_core\": %.1f, "
+           "\"vector_flops_per_us_per_core\": %.1f, \"bandwidth_bytes_per_us\": %.1f, \"launch_us\": %.3f}\n",
+           threads, isa, fma, gemm, vec, best_bw, best_launch);
+    free(a), free(b), free(c);
+    return 0;
+}

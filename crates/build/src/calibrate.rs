@@ -1,0 +1,100 @@
+//! The host profile: measured once per target directory by a short calibration program
+//! (`calib.c`, compiled with the same compiler and flags as the kernels), or pinned with
+//! `AUTOFUSION_PROFILE=<file.json | host | ascend910b>` for reproducible builds.
+
+use autofusion_compiler::target::Target;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const CALIB_C: &str = include_str!("calib.c");
+
+/// `<target dir>/autofusion/host-profile.json`, from `OUT_DIR` = `<target>/<profile>/build/<pkg>/out`.
+fn cache_path(out_dir: &Path) -> PathBuf {
+    let base = out_dir.ancestors().nth(4).unwrap_or(out_dir);
+    base.join("autofusion").join("host-profile.json")
+}
+
+/// The profile to plan with, and a line saying where it came from.
+pub fn profile(out_dir: &Path) -> Result<(Target, String), String> {
+    println!("cargo:rerun-if-env-changed=AUTOFUSION_PROFILE");
+    if let Ok(v) = std::env::var("AUTOFUSION_PROFILE") {
+        if let Some(t) = Target::named(&v) {
+            return Ok((t, format!("profile `{v}` (AUTOFUSION_PROFILE)")));
+        }
+        println!("cargo:rerun-if-changed={v}");
+        let text = std::fs::read_to_string(&v).map_err(|e| format!("AUTOFUSION_PROFILE={v}: cannot read it: {e}"))?;
+        let t: Target = serde_json::from_str(&text).map_err(|e| format!("AUTOFUSION_PROFILE={v}: not a target profile: {e}"))?;
+        return Ok((t, format!("pinned profile {v}")));
+    }
+    let cache = cache_path(out_dir);
+    if let Ok(text) = std::fs::read_to_string(&cache) {
+        if let Ok(t) = serde_json::from_str::<Target>(&text) {
+            return Ok((t, format!("calibrated profile {}", cache.display())));
+        }
+    }
+    match calibrate(out_dir) {
+        Ok(t) => {
+            if let Some(dir) = cache.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let _ = std::fs::write(&cache, serde_json::to_string_pretty(&t).unwrap());
+            Ok((t, format!("calibrated now, cached in {}", cache.display())))
+        }
+        Err(e) => {
+            println!("cargo:warning=autofusion: host calibration failed ({e}); planning with default host figures");
+            Ok((Target::host(), "uncalibrated host defaults".into()))
+        }
+    }
+}
+
+fn calibrate(out_dir: &Path) -> Result<Target, String> {
+    let dir = out_dir.join("autofusion");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let src = dir.join("calib.c");
+    let exe = dir.join("calib");
+    std::fs::write(&src, CALIB_C).map_err(|e| e.to_string())?;
+    let compiler = cc::Build::new().opt_level(3).cargo_metadata(false).try_get_compiler().map_err(|e| e.to_string())?;
+    let out = compiler
+        .to_command()
+        .args(["-std=c11", "-fno-math-errno", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lpthread")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let host = Target::host();
+    let out = Command::new(&exe).arg(host.cores.to_string()).output().map_err(|e| e.to_string())?;
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("calibration output: {e}"))?;
+    let f = |k: &str| j[k].as_f64().ok_or_else(|| format!("calibration output lacks {k}"));
+    let cores = host.cores as f64;
+    let (bw, gemm, vec, fma, launch) = (
+        f("bandwidth_bytes_per_us")?,
+        f("gemm_flops_per_us_per_core")?,
+        f("vector_flops_per_us_per_core")?,
+        f("fma_flops_per_us_per_core")?,
+        f("launch_us")?,
+    );
+    let mut sources = host.sources.clone();
+    sources.pop();
+    sources.push(format!(
+        "measured by calib.c: triad {:.1} GB/s, GEMM tile {:.1} GFLOP/s/core, elementwise {:.1} GFLOP/s/core, FMA peak {:.1} GFLOP/s/core ({}), fork/join {:.1} us",
+        bw / 1e3,
+        gemm / 1e3,
+        vec / 1e3,
+        fma / 1e3,
+        j["isa"].as_str().unwrap_or("?"),
+        launch
+    ));
+    Ok(Target {
+        bandwidth_bytes_per_us: bw,
+        matmul_flops_per_us: gemm * cores,
+        vector_flops_per_us: vec * cores,
+        fma_peak_flops_per_us: fma * cores,
+        launch_us: launch.max(0.5),
+        sources,
+        ..host
+    })
+}
