@@ -6,7 +6,7 @@
 use autofusion::prelude::*;
 use std::time::Instant;
 
-#[fused_graph(dims(D = 512, H = 8, F = 2048), opt_level = 2)]
+#[fused_graph(dims(D = 512, H = 8, F = 2048), opt_level = 3)]
 pub fn seed_layer(
     x: Tensor<f32, {[S, D]}>,
     ln1_g: Tensor<f32, {[D]}>,
@@ -93,7 +93,7 @@ fn main() -> Result<()> {
     for line in &module.meta().summary {
         println!("{line}");
     }
-    println!("plan (opt_level 2): {} ops -> {} kernels", module.op_count(), module.kernel_names().len());
+    println!("plan (opt_level 3): {} ops -> {} kernels", module.op_count(), module.kernel_names().len());
     for (name, ops) in module.kernel_names() {
         println!("  {name:<24} {ops}");
     }
@@ -119,6 +119,17 @@ fn main() -> Result<()> {
     let flop = 2.0 * seq as f64 * (4.0 * (d * d) as f64 + 2.0 * (d * f) as f64) + 4.0 * (seq * seq * d) as f64;
     println!("median over {iters} runs: fused {mf:.3} ms ({:.1} GFLOP/s), unfused {mu:.3} ms ({:.1} GFLOP/s), speedup {:.2}x",
         flop / mf / 1e6, flop / mu / 1e6, mu / mf);
+    if std::env::args().any(|a| a == "--kernels") {
+        let [x, g1, b1n, wq, bq, wk, bk, wv, bv, wo, bo, g2, b2n, w1, b1, w2, b2] = &p;
+        let args = [x, g1, b1n, wq, bq, wk, bk, wv, bv, wo, bo, g2, b2n, w1, b1, w2, b2];
+        for (label, m) in [("fused", module), ("unfused", seed_layer::unfused_module()?)] {
+            let t = m.time_kernels(&args, iters)?;
+            println!("{label}: per-kernel medians (us), sum {:.0}", t.iter().sum::<f64>());
+            for ((name, _), us) in m.kernel_names().iter().zip(&t) {
+                println!("  {name:<24} {us:>9.1}");
+            }
+        }
+    }
     let plan = module.shape_plan(&[seq as i64])?;
     println!("arena {:.2} MB for {:.2} MB of intermediates", plan.arena_bytes as f64 / 1e6, plan.intermediate_bytes as f64 / 1e6);
     if !ok {

@@ -277,6 +277,30 @@ impl Module {
 
     /// Run the fused kernels.
     pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        self.run_inner(inputs, None)
+    }
+
+    /// Median wall time of each kernel over `reps` runs, in microseconds (kernels launched one
+    /// by one, pipeline off): for benchmarks of the cost model.
+    pub fn time_kernels(&self, inputs: &[&Tensor], reps: usize) -> Result<Vec<f64>> {
+        let mut all: Vec<Vec<f64>> = vec![Vec::new(); self.meta.kernels.len()];
+        for _ in 0..reps.max(1) {
+            let mut t = vec![0.0; self.meta.kernels.len()];
+            self.run_inner(inputs, Some(&mut t))?;
+            for (k, v) in t.into_iter().enumerate() {
+                all[k].push(v);
+            }
+        }
+        Ok(all
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                v[v.len() / 2]
+            })
+            .collect())
+    }
+
+    fn run_inner(&self, inputs: &[&Tensor], mut times: Option<&mut Vec<f64>>) -> Result<Vec<Tensor>> {
         let dims = self.bind(inputs)?;
         let plan = self.shape_plan(&dims)?;
         let g = &self.meta.graph;
@@ -325,7 +349,7 @@ impl Module {
             });
         };
         let threads = pool().threads();
-        if self.meta.pipeline && threads > 1 {
+        if self.meta.pipeline && threads > 1 && times.is_none() {
             // One parallel region for the whole graph: workers walk the kernels in order,
             // claim blocks, and wait only for the kernels a kernel depends on.
             let n = self.meta.kernels.len();
@@ -363,7 +387,11 @@ impl Module {
         } else {
             for ki in 0..self.meta.kernels.len() {
                 let nb = plan.tilings[ki].block_num as usize;
+                let t0 = std::time::Instant::now();
                 pool().run(nb, &|b| run_block(ki, b));
+                if let Some(t) = times.as_deref_mut() {
+                    t[ki] = t0.elapsed().as_secs_f64() * 1e6;
+                }
             }
         }
         drop(guard);
