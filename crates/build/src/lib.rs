@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Output goes to `$OUT_DIR/autofusion/<graph>/`: `fused.c`, `unfused.c`, `plan.json`,
-//! `report.md`, `before.dot` and `after.dot`; files are rewritten only when their content
+//! `report.md`, `before.dot` and `after.dot` (and `.svg` of both when Graphviz's `dot` is
+//! installed); files are rewritten only when their content
 //! changes, so a no-op build recompiles nothing.
 //!
 //! | env var | effect |
@@ -92,6 +93,17 @@ fn write_if_changed(path: &Path, content: &str) -> std::io::Result<()> {
         return Ok(());
     }
     std::fs::write(path, content)
+}
+
+/// `dot -Tsvg` when Graphviz is installed and the SVG is older than its DOT file.
+fn render_svg(dot: &Path, svg: &Path) {
+    let newer = |a: &Path, b: &Path| match (a.metadata().and_then(|m| m.modified()), b.metadata().and_then(|m| m.modified())) {
+        (Ok(x), Ok(y)) => x > y,
+        _ => true,
+    };
+    if newer(dot, svg) {
+        let _ = std::process::Command::new("dot").arg("-Tsvg").arg(dot).arg("-o").arg(svg).output();
+    }
 }
 
 impl Builder {
@@ -229,6 +241,9 @@ impl Builder {
                 write_if_changed(&dir.join("report.md"), &report::report_md(&unit.graph, &fused.plan, &summary)).map_err(io)?;
                 write_if_changed(&dir.join("before.dot"), &report::dot(&unit.graph, None)).map_err(io)?;
                 write_if_changed(&dir.join("after.dot"), &report::dot(&unit.graph, Some(&fused.plan))).map_err(io)?;
+                for name in ["before", "after"] {
+                    render_svg(&dir.join(format!("{name}.dot")), &dir.join(format!("{name}.svg")));
+                }
                 if verbose {
                     for l in &summary {
                         println!("cargo:warning={l}");

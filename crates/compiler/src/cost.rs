@@ -33,7 +33,11 @@ pub struct KernelCost {
     pub compute_us: f64,
     /// Busy share of the cores in the last wave, 0..1.
     pub wave_efficiency: f64,
+    /// Off-chip bytes (first reads, writes, and re-reads of tensors too big for the LLC).
     pub bytes: f64,
+    /// Re-read bytes served by the shared last-level cache.
+    #[serde(default)]
+    pub llc_bytes: f64,
     pub flops: f64,
     pub tiling: Tiling,
     /// On-chip bytes per core at the tiling, per memory.
@@ -77,8 +81,18 @@ impl Ctx<'_> {
     fn fits(&self, use_: &[(String, u64)]) -> bool {
         use_.iter().all(|(m, b)| self.t.budget(m).is_none_or(|cap| *b <= cap))
     }
-    fn exec_us(&self, bytes: f64, mm_flops: f64, vec_flops: f64, mm_eff: f64, tiles: f64, cores: u32) -> (f64, f64, f64, f64) {
-        let mem = bytes / self.t.bandwidth_bytes_per_us;
+    /// Off-chip and LLC bytes of reading a tensor of `size` bytes `times` times.
+    fn reread(&self, size: f64, times: f64) -> (f64, f64) {
+        let again = size * (times - 1.0).max(0.0);
+        if size <= self.t.llc_bytes as f64 * self.t.onchip_fraction {
+            (size, again)
+        } else {
+            (size + again, 0.0)
+        }
+    }
+    fn exec_us(&self, (bytes, llc): (f64, f64), mm_flops: f64, vec_flops: f64, mm_eff: f64, tiles: f64, cores: u32) -> (f64, f64, f64, f64) {
+        let llc_bw = if self.t.llc_bandwidth_bytes_per_us > 0.0 { self.t.llc_bandwidth_bytes_per_us } else { self.t.bandwidth_bytes_per_us };
+        let mem = bytes / self.t.bandwidth_bytes_per_us + llc / llc_bw;
         let comp = mm_flops / (self.t.matmul_flops_per_us * mm_eff.max(1e-3)) + vec_flops / self.t.vector_flops_per_us;
         let c = cores.max(1) as f64;
         let tiles = tiles.max(1.0);
@@ -106,14 +120,16 @@ fn boundary(g: &Graph, members: &BTreeSet<NodeId>, users: &[Vec<NodeId>], output
     (ins.into_iter().collect(), outs)
 }
 
-fn best(cands: Vec<(f64, f64, f64, f64, f64, Tiling, Vec<(String, u64)>, bool)>, launch: f64, flops: f64) -> Result<KernelCost, String> {
+type Cand = (f64, f64, f64, f64, (f64, f64), Tiling, Vec<(String, u64)>, bool);
+
+fn best(cands: Vec<Cand>, launch: f64, flops: f64) -> Result<KernelCost, String> {
     let unconstrained = cands.iter().map(|c| c.0).fold(f64::INFINITY, f64::min);
     let mut feasible: Vec<_> = cands.into_iter().filter(|c| c.7).collect();
     if feasible.is_empty() {
         return Err("no tiling fits on chip".into());
     }
     feasible.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
-    let (exec, mem, comp, wave, bytes, tiling, onchip, _) = feasible.swap_remove(0);
+    let (exec, mem, comp, wave, (bytes, llc_bytes), tiling, onchip, _) = feasible.swap_remove(0);
     Ok(KernelCost {
         time_us: launch + exec,
         launch_us: launch,
@@ -121,6 +137,7 @@ fn best(cands: Vec<(f64, f64, f64, f64, f64, Tiling, Vec<(String, u64)>, bool)>,
         compute_us: comp,
         wave_efficiency: wave,
         bytes,
+        llc_bytes,
         flops,
         tiling,
         onchip,
@@ -177,8 +194,8 @@ pub fn kernel_cost(
                 // On the host a block streams one row at a time; on Ascend a tile holds r rows.
                 let onchip = if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
                 let use_ = vec![(mem_name.to_string(), onchip)];
-                let (exec, mem, comp, wave) = cx.exec_us(bytes, 0.0, vec_flops, 1.0, tiles, target.cores);
-                cands.push((exec, mem, comp, wave, bytes, Tiling::Rows { rows_per_tile: r as i64 }, use_.clone(), cx.fits(&use_)));
+                let (exec, mem, comp, wave) = cx.exec_us((bytes, 0.0), 0.0, vec_flops, 1.0, tiles, target.cores);
+                cands.push((exec, mem, comp, wave, (bytes, 0.0), Tiling::Rows { rows_per_tile: r as i64 }, use_.clone(), cx.fits(&use_)));
                 if mem_name != "ub" {
                     break; // the host's choice of r does not change the model
                 }
@@ -220,7 +237,9 @@ pub fn kernel_cost(
                     for kc in [64.0, 128.0, 256.0, 512.0] {
                         let (mc, nc, kc) = (f64::min(mc, m.max(1.0)), f64::min(nc, nn.max(1.0)), f64::min(kc, k.max(1.0)));
                         let (mt, nt) = ((m / mc).ceil().max(1.0), (nn / nc).ceil().max(1.0));
-                        let bytes = a_bytes * nt + b_bytes * mt + epi_bytes + out_bytes;
+                        let (a_hbm, a_llc) = cx.reread(a_bytes, nt);
+                        let (b_hbm, b_llc) = cx.reread(b_bytes, mt);
+                        let bytes = (a_hbm + b_hbm + epi_bytes + out_bytes, a_llc + b_llc);
                         let flops_v = pro_flops * nt + epi_flops;
                         let eff = (mc / (mc + 8.0)) * (nc / (nc + 16.0));
                         let tiles = batch * mt * nt;
@@ -262,7 +281,9 @@ pub fn kernel_cost(
                 for bc in [32.0, 64.0, 128.0, 256.0] {
                     let (br, bc) = (f64::min(br, sq.max(1.0)), f64::min(bc, sk.max(1.0)));
                     let qt = (sq / br).ceil().max(1.0);
-                    let bytes = q_bytes + kv_bytes * qt + mask_bytes + out_bytes;
+                    // K and V of one (batch, head) are re-read for every query block.
+                    let (kv_hbm, kv_llc) = cx.reread(kv_bytes / batch, qt);
+                    let bytes = (q_bytes + kv_hbm * batch + mask_bytes + out_bytes, kv_llc * batch);
                     let onchip = (br * d + (bc * d + bc * dv) * db + br * bc + br * dv) * 4.0;
                     let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
                     let use_ = vec![(mem_name.to_string(), cx.align(onchip))];

@@ -22,6 +22,12 @@ pub struct Target {
     pub matrix_cores: u32,
     /// Off-chip bandwidth of the whole device, B/us.
     pub bandwidth_bytes_per_us: f64,
+    /// Shared last-level cache (L3 on the host, L2 on Ascend): bytes, and the bandwidth of
+    /// re-reads that hit it, B/us. Re-fetched tiles of a tensor that fits are charged here.
+    #[serde(default)]
+    pub llc_bytes: u64,
+    #[serde(default)]
+    pub llc_bandwidth_bytes_per_us: f64,
     /// Matmul peak of the whole device, FLOP/us (host: measured GEMM-tile rate x cores).
     pub matmul_flops_per_us: f64,
     /// Elementwise peak of the whole device, FLOP/us.
@@ -70,6 +76,8 @@ impl Target {
             cores,
             matrix_cores: cores,
             bandwidth_bytes_per_us: 10_000.0,
+            llc_bytes: read_cache(3).unwrap_or(l2),
+            llc_bandwidth_bytes_per_us: 25_000.0,
             matmul_flops_per_us: 8_000.0 * cores as f64,
             vector_flops_per_us: 2_000.0 * cores as f64,
             fma_peak_flops_per_us: 0.0,
@@ -99,6 +107,10 @@ impl Target {
             matrix_cores: 24,
             // Assumed 1.6 TB/s (the upper end of public 910B claims; docs/planner.md's example).
             bandwidth_bytes_per_us: 1.6e6,
+            // 192 MB L2 (public 910B figure, not in the devkit); re-reads that hit it at 2.5x
+            // HBM bandwidth (the factor XLA's GPU model uses for L2 hits, docs/planner.md).
+            llc_bytes: 192 << 20,
+            llc_bandwidth_bytes_per_us: 4.0e6,
             // 8192 FLOP/cycle/AIC x 24 AIC x an assumed 1.65 GHz ~ 324 TFLOP/s fp16.
             matmul_flops_per_us: 8192.0 * 24.0 * 1650.0,
             // 128 fp32 lanes x 2 (FMA) per AIV x 48 AIV x 1.65 GHz.
@@ -120,7 +132,7 @@ impl Target {
             onchip_fraction: 0.8,
             sources: vec![
                 "cores, UB/L1/L0 sizes, 32 B alignment, cube 8192 FLOP/cycle: asc-devkit NPU arch 2201 pages (docs/ascend-c.md s. 8)".into(),
-                "HBM 1.6 TB/s, clock 1.65 GHz, launch 5 us: assumptions (not in the devkit; measure on hardware)".into(),
+                "HBM 1.6 TB/s, L2 192 MB at 4 TB/s, clock 1.65 GHz, launch 5 us: assumptions (not in the devkit; measure on hardware)".into(),
             ],
         }
     }
