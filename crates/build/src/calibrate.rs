@@ -1,4 +1,4 @@
-//! The host profile: measured once per target directory by a short calibration program
+//! The host profile: measured once per target directory (`host-profile-v2.json`) by a short calibration program
 //! (`calib.c`, compiled with the same compiler and flags as the kernels), or pinned with
 //! `AUTOFUSION_PROFILE=<file.json | host | ascend910b>` for reproducible builds.
 
@@ -11,7 +11,7 @@ const CALIB_C: &str = include_str!("calib.c");
 /// `<target dir>/autofusion/host-profile.json`, from `OUT_DIR` = `<target>/<profile>/build/<pkg>/out`.
 fn cache_path(out_dir: &Path) -> PathBuf {
     let base = out_dir.ancestors().nth(4).unwrap_or(out_dir);
-    base.join("autofusion").join("host-profile.json")
+    base.join("autofusion").join("host-profile-v2.json")
 }
 
 /// The profile to plan with, and a line saying where it came from.
@@ -70,6 +70,7 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("calibration output: {e}"))?;
     let f = |k: &str| j[k].as_f64().ok_or_else(|| format!("calibration output lacks {k}"));
     let cores = host.cores as f64;
+    let llc_bw = f("llc_bandwidth_bytes_per_us")?;
     let (bw, gemm, vec, fma, launch) = (
         f("bandwidth_bytes_per_us")?,
         f("gemm_flops_per_us_per_core")?,
@@ -80,8 +81,9 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     let mut sources = host.sources.clone();
     sources.pop();
     sources.push(format!(
-        "measured by calib.c: triad {:.1} GB/s, GEMM tile {:.1} GFLOP/s/core, elementwise {:.1} GFLOP/s/core, FMA peak {:.1} GFLOP/s/core ({}), fork/join {:.1} us",
+        "measured by calib.c: triad {:.1} GB/s (in cache {:.1} GB/s), GEMM tile {:.1} GFLOP/s/core, elementwise {:.1} GFLOP/s/core, FMA peak {:.1} GFLOP/s/core ({}), fork/join {:.1} us",
         bw / 1e3,
+        llc_bw / 1e3,
         gemm / 1e3,
         vec / 1e3,
         fma / 1e3,
@@ -90,6 +92,7 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     ));
     Ok(Target {
         bandwidth_bytes_per_us: bw,
+        llc_bandwidth_bytes_per_us: llc_bw.max(bw),
         matmul_flops_per_us: gemm * cores,
         vector_flops_per_us: vec * cores,
         fma_peak_flops_per_us: fma * cores,
