@@ -88,3 +88,27 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
         assert_eq!(none.1, ops, "{name}: rules = none fuses nothing");
     }
 }
+
+/// Random layer-like graphs (the compiler's property-test generator), planned at opt_level 2
+/// and 3, compiled and checked against the reference.
+#[test]
+fn random_graphs_match_the_reference() {
+    let target = Target::host();
+    for seed in 0..12u64 {
+        let src = autofusion_compiler::testing::random_graph(seed, 6 + seed as usize % 6);
+        let file = syn::parse_file(&src).unwrap();
+        let (f, attr) = find_graphs(&file.items).remove(0);
+        let base = parse_options(attr).unwrap();
+        for level in [2u8, 3] {
+            let unit = Unit::with_options(Options { opt_level: level, ..base.clone() }, f).unwrap();
+            let m = autofusion_runtime::jit::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
+            for s in [1i64, 13] {
+                let ins = common::inputs(m.graph(), &[s], seed + 5);
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                let want = m.reference(&refs).unwrap();
+                let got = m.run(&refs).unwrap();
+                common::assert_close(&format!("random graph {seed} at opt_level {level}, S = {s}:\n{src}"), &got, &want);
+            }
+        }
+    }
+}

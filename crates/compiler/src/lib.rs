@@ -26,6 +26,8 @@ pub mod layout;
 pub mod plan;
 pub mod report;
 pub mod target;
+#[doc(hidden)]
+pub mod testing;
 
 use serde::{Deserialize, Serialize};
 
