@@ -142,13 +142,18 @@ impl Unit {
             Variant::Unfused => 0,
         };
         let plan = plan::plan(&self.graph, level, o.rules, &o.hints, target);
+        self.generate(v, plan, &self.symbol(v))
+    }
+
+    /// Generate code for a given plan (tools and benchmarks build plans of their own).
+    pub fn generate(&self, v: Variant, plan: plan::Plan, symbol: &str) -> Built {
         let header = format!(
             "graph `{}` ({} variant), plan {} at opt_level {}, target {}",
             self.graph.name,
             v.name(),
             self.hash,
-            level,
-            target.name
+            plan.opt_level,
+            plan.target.name
         );
         let mut summary = report::summary(&self.graph, &plan, &[]);
         summary.pop();
@@ -164,7 +169,7 @@ impl Unit {
             })
             .expect("metadata serialises")
         };
-        let c = codegen::c::generate(&self.graph, &plan, &self.symbol(v), &header, &meta);
+        let c = codegen::c::generate(&self.graph, &plan, symbol, &header, &meta);
         let meta_json = meta(&c.kernels);
         Built { variant: v, plan, c, meta_json }
     }

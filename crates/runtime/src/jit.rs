@@ -30,8 +30,13 @@ fn dl_error() -> String {
 /// Generate, compile (`$CC`, default `cc`, with `flags`) and load one variant of `unit`.
 /// The library stays loaded for the life of the process.
 pub fn load(unit: &Unit, variant: Variant, target: &Target, dir: &Path, flags: &[&str]) -> Result<Module> {
-    let built = unit.variant(variant, target);
-    let sym = unit.symbol(variant);
+    load_built(&unit.variant(variant, target), &unit.symbol(variant), dir, flags)
+}
+
+/// Compile and load code generated for a plan of one's own (`Unit::generate`); `symbol` must
+/// be the one given to `generate` and unique in the process.
+pub fn load_built(built: &autofusion_compiler::Built, symbol: &str, dir: &Path, flags: &[&str]) -> Result<Module> {
+    let sym = symbol.to_string();
     let err = |msg: String| Error::Module { symbol: sym.clone(), msg };
     std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
     let c = dir.join(format!("{sym}.c"));

@@ -1,0 +1,191 @@
+//! How well the cost model predicts this machine: for every candidate the planner scored on
+//! the seed, BERT and Llama layers at three sequence lengths, build the graph twice (the
+//! candidate's parts as separate kernels, and fused), time the kernels involved on the host,
+//! and compare with the prediction.
+//!
+//!     cargo bench --bench planner_accuracy
+//!
+//! Prints one line per candidate, the median relative error of predicted kernel times, the
+//! kept fusions that were measurably slower than their parts, and finally
+//! `decision accuracy: <k>/<n> (<p>%)` (predicted sign of the benefit = measured sign).
+
+use autofusion::Tensor;
+use autofusion_compiler::plan::{plan, plan_from, Candidate, Decision, Group, GroupKind, Plan, Rule};
+use autofusion_compiler::target::Target;
+use autofusion_compiler::{find_graphs, ir::Op, Unit, Variant};
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+fn target() -> Target {
+    let cached = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/autofusion/host-profile-v2.json");
+    match std::fs::read_to_string(&cached).ok().and_then(|t| serde_json::from_str(&t).ok()) {
+        Some(t) => t,
+        None => {
+            eprintln!("note: no calibrated profile at {} (build the crate first); using host defaults", cached.display());
+            Target::host()
+        }
+    }
+}
+
+fn units() -> Vec<Unit> {
+    let mut out = Vec::new();
+    for (file, names) in [("examples/seed_layer.rs", &["seed_layer"][..]), ("tests/layers/mod.rs", &["bert_layer", "llama_block"][..])] {
+        let src = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        let parsed = syn::parse_file(&src).unwrap();
+        for (f, attr) in find_graphs(&parsed.items) {
+            if names.contains(&f.sig.ident.to_string().as_str()) {
+                let mut o = autofusion_compiler::front::parse_options(attr).unwrap();
+                o.opt_level = 3;
+                out.push(Unit::with_options(o, f).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn kind_of(g: &autofusion_compiler::ir::Graph, nodes: &BTreeSet<autofusion_compiler::ir::NodeId>, rule: Option<Rule>) -> (GroupKind, Option<autofusion_compiler::ir::NodeId>) {
+    if rule == Some(Rule::FlashAttention) {
+        let f = autofusion_compiler::plan::flash_parts(g, nodes).expect("flash candidate");
+        return (GroupKind::FlashAttention, Some(f.pv));
+    }
+    if let Some(m) = nodes.iter().find(|n| g.node(**n).op == Op::MatMul) {
+        return (GroupKind::MatMul, Some(*m));
+    }
+    if nodes.iter().any(|n| matches!(g.node(*n).op, Op::Concat { .. })) {
+        return (GroupKind::Concat, None);
+    }
+    (GroupKind::Elementwise, None)
+}
+
+fn group(g: &autofusion_compiler::ir::Graph, nodes: BTreeSet<autofusion_compiler::ir::NodeId>, rule: Option<Rule>) -> Group {
+    let (kind, anchor) = kind_of(g, &nodes, rule);
+    Group { kind, nodes: nodes.into_iter().collect(), anchor, rules: Vec::new(), outputs: Vec::new(), inputs: Vec::new(), cost: None }
+}
+
+/// A plan holding `groups` and every other op as its own kernel.
+fn plan_with(u: &Unit, groups: Vec<Group>, p: &Plan, target: &Target) -> Plan {
+    let g = &u.graph;
+    let covered: BTreeSet<_> = groups.iter().flat_map(|gr| gr.nodes.iter().copied()).collect();
+    let mut all = groups;
+    for id in g.ids() {
+        let op = &g.node(id).op;
+        if !covered.contains(&id) && !matches!(op, Op::Param { .. } | Op::Const { .. }) && !op.is_view() {
+            all.push(group(g, [id].into_iter().collect(), None));
+        }
+    }
+    plan_from(g, 0, autofusion_compiler::plan::RuleSet::none(), &p.hints, target, Some(&all))
+}
+
+struct Measured {
+    parts_us: f64,
+    fused_us: f64,
+    kernels: Vec<(f64, f64)>,
+}
+
+fn main() {
+    let target = target();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/planner_accuracy");
+    let reps = 7;
+    let mut modules: HashMap<String, autofusion::Module> = HashMap::new();
+    let mut n_sym = 0usize;
+    let (mut right, mut total) = (0usize, 0usize);
+    let mut rel_errors: Vec<f64> = Vec::new();
+    let mut slower: Vec<String> = Vec::new();
+    println!("target: {}", target.sources.join("; "));
+    println!("{:<12} {:>5} {:<20} {:>9} {:>9} {:>9} {:>9}  decision  sign", "layer", "S", "rule", "pred us", "meas us", "pred fus", "meas fus");
+    for u in units() {
+        let g = &u.graph;
+        for s in [16i64, 128, 512] {
+            let hints = vec![("S".to_string(), s)];
+            let p = plan(g, 3, u.lowered.options.rules, &hints, &target);
+            let ins = common::inputs(g, &[s], 7);
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let mut measure = |groups: Vec<Group>, want: &[BTreeSet<autofusion_compiler::ir::NodeId>]| -> (f64, Vec<(f64, f64)>) {
+                let pl = plan_with(&u, groups, &p, &target);
+                let key: Vec<Vec<_>> = pl.groups.iter().map(|gr| gr.nodes.clone()).collect();
+                let key = format!("{}:{key:?}", g.name);
+                if !modules.contains_key(&key) {
+                    n_sym += 1;
+                    let sym = format!("af_bench_{}_{n_sym}", g.name);
+                    let built = u.generate(Variant::Fused, pl.clone(), &sym);
+                    let m = autofusion_runtime::jit::load_built(&built, &sym, &dir, &["-O3"]).unwrap();
+                    modules.insert(key.clone(), m);
+                }
+                let m = &modules[&key];
+                let times = m.time_kernels(&refs, reps).unwrap();
+                let mut sum = 0.0;
+                let mut kernels = Vec::new();
+                for (gr, t) in pl.groups.iter().zip(&times) {
+                    let nodes: BTreeSet<_> = gr.nodes.iter().copied().collect();
+                    if want.contains(&nodes) {
+                        sum += t;
+                        if let Some(c) = &gr.cost {
+                            kernels.push((c.time_us, *t));
+                        }
+                    }
+                }
+                (sum, kernels)
+            };
+            let cands: Vec<&Candidate> = p
+                .candidates
+                .iter()
+                .filter(|c| c.fused_us > 0.0 && c.rule.is_some() && c.rule != Some(Rule::Pipeline))
+                .collect();
+            for c in cands {
+                let prod: BTreeSet<_> = c.producer.iter().copied().collect();
+                let cons: Vec<BTreeSet<_>> = c.consumers.iter().map(|x| x.iter().copied().collect()).collect();
+                let mut parts = vec![prod.clone()];
+                parts.extend(cons.iter().cloned());
+                let fused: Vec<BTreeSet<_>> = if c.rule == Some(Rule::FlashAttention) {
+                    vec![parts.iter().flatten().copied().collect()]
+                } else {
+                    cons.iter().map(|x| x.union(&prod).copied().collect()).collect()
+                };
+                let (mp, kp) = measure(parts.iter().map(|x| group(g, x.clone(), None)).collect(), &parts);
+                let (mf, kf) = measure(fused.iter().map(|x| group(g, x.clone(), c.rule)).collect(), &fused);
+                let m = Measured { parts_us: mp, fused_us: mf, kernels: kp.into_iter().chain(kf).collect() };
+                let pred = c.parts_us - c.fused_us;
+                let meas = m.parts_us - m.fused_us;
+                let ok = (pred > 0.0) == (meas > 0.0);
+                total += 1;
+                right += ok as usize;
+                for (pk, mk) in &m.kernels {
+                    if *mk > 0.0 {
+                        rel_errors.push((pk - mk).abs() / mk);
+                    }
+                }
+                let accepted = matches!(c.decision, Decision::Accepted { .. });
+                if accepted && m.fused_us > 1.02 * m.parts_us && m.fused_us - m.parts_us > 2.0 {
+                    slower.push(format!("{} S={s} {}: fused {:.1} us > parts {:.1} us", g.name, c.rule.unwrap().name(), m.fused_us, m.parts_us));
+                }
+                println!(
+                    "{:<12} {:>5} {:<20} {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:<8}  {}",
+                    g.name,
+                    s,
+                    c.rule.unwrap().name(),
+                    c.parts_us,
+                    m.parts_us,
+                    c.fused_us,
+                    m.fused_us,
+                    if accepted { "fuse" } else { "keep" },
+                    if ok { "ok" } else { "WRONG" }
+                );
+            }
+        }
+    }
+    rel_errors.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let med = rel_errors.get(rel_errors.len() / 2).copied().unwrap_or(f64::NAN);
+    println!("median relative error of predicted kernel times: {:.0}% over {} kernels", med * 100.0, rel_errors.len());
+    if slower.is_empty() {
+        println!("kept fusions measurably slower than their parts: none");
+    } else {
+        println!("kept fusions measurably slower than their parts ({}):", slower.len());
+        for l in &slower {
+            println!("  {l}");
+        }
+    }
+    println!("decision accuracy: {right}/{total} ({:.0}%)", 100.0 * right as f64 / total.max(1) as f64);
+}
