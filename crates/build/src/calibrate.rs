@@ -1,4 +1,4 @@
-//! The host profile: measured once per target directory (`host-profile-v2.json`) by a short calibration program
+//! The host profile: measured once per target directory (`host-profile-v4.json`) by a short calibration program
 //! (`calib.c`, compiled with the same compiler and flags as the kernels), or pinned with
 //! `AUTOFUSION_PROFILE=<file.json | host | ascend910b>` for reproducible builds.
 
@@ -11,7 +11,7 @@ const CALIB_C: &str = include_str!("calib.c");
 /// `<target dir>/autofusion/host-profile.json`, from `OUT_DIR` = `<target>/<profile>/build/<pkg>/out`.
 fn cache_path(out_dir: &Path) -> PathBuf {
     let base = out_dir.ancestors().nth(4).unwrap_or(out_dir);
-    base.join("autofusion").join("host-profile-v2.json")
+    base.join("autofusion").join("host-profile-v4.json")
 }
 
 /// The profile to plan with, and a line saying where it came from.
@@ -59,18 +59,36 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
         .args(["-std=c11", "-fno-math-errno", "-o"])
         .arg(&exe)
         .arg(&src)
-        .arg("-lpthread")
+        .args(["-lpthread", "-lm"])
         .output()
         .map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     let host = Target::host();
-    let out = Command::new(&exe).arg(host.cores.to_string()).output().map_err(|e| e.to_string())?;
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("calibration output: {e}"))?;
+    // The build runs other compilers beside us: keep the best of three runs of each figure.
+    let mut best: Option<serde_json::Value> = None;
+    for _ in 0..3 {
+        let out = Command::new(&exe).arg(host.cores.to_string()).output().map_err(|e| e.to_string())?;
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("calibration output: {e}"))?;
+        best = Some(match best {
+            None => j,
+            Some(mut b) => {
+                for (k, v) in j.as_object().unwrap() {
+                    if let (Some(x), Some(y)) = (b[k].as_f64(), v.as_f64()) {
+                        let keep = if k == "launch_us" { x.min(y) } else { x.max(y) };
+                        b[k] = serde_json::json!(keep);
+                    }
+                }
+                b
+            }
+        });
+    }
+    let j = best.unwrap();
     let f = |k: &str| j[k].as_f64().ok_or_else(|| format!("calibration output lacks {k}"));
     let cores = host.cores as f64;
     let llc_bw = f("llc_bandwidth_bytes_per_us")?;
+    let exp = f("exp_per_us_per_core")?;
     let (bw, gemm, vec, fma, launch) = (
         f("bandwidth_bytes_per_us")?,
         f("gemm_flops_per_us_per_core")?,
@@ -81,11 +99,12 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     let mut sources = host.sources.clone();
     sources.pop();
     sources.push(format!(
-        "measured by calib.c: triad {:.1} GB/s (in cache {:.1} GB/s), GEMM tile {:.1} GFLOP/s/core, elementwise {:.1} GFLOP/s/core, FMA peak {:.1} GFLOP/s/core ({}), fork/join {:.1} us",
+        "measured by calib.c: triad {:.1} GB/s (in cache {:.1} GB/s), GEMM tile {:.1} GFLOP/s/core, elementwise {:.1} GFLOP/s/core, expf {:.0}/us/core, FMA peak {:.1} GFLOP/s/core ({}), fork/join {:.1} us",
         bw / 1e3,
         llc_bw / 1e3,
         gemm / 1e3,
         vec / 1e3,
+        exp,
         fma / 1e3,
         j["isa"].as_str().unwrap_or("?"),
         launch
@@ -95,6 +114,7 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
         llc_bandwidth_bytes_per_us: llc_bw.max(bw),
         matmul_flops_per_us: gemm * cores,
         vector_flops_per_us: vec * cores,
+        transcendental_per_us: exp * cores,
         fma_peak_flops_per_us: fma * cores,
         launch_us: launch.max(0.5),
         sources,

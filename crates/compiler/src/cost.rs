@@ -46,16 +46,23 @@ pub struct KernelCost {
     pub unconstrained_exec_us: f64,
 }
 
-/// FLOPs one element of an op costs on a vector unit (transcendentals are series or tables).
+/// FLOPs one element of an op costs on a vector unit; transcendentals are counted apart.
 fn op_weight(op: &Op) -> f64 {
     match op {
-        Op::Unary(UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu) => 8.0,
-        Op::Unary(UnaryOp::Gelu | UnaryOp::GeluTanh) => 12.0,
         Op::Unary(UnaryOp::Sqrt | UnaryOp::Rsqrt) => 4.0,
-        Op::Binary(crate::ir::BinaryOp::Pow) => 16.0,
         Op::Binary(crate::ir::BinaryOp::Div) => 2.0,
+        _ if transcendental(op) => 2.0,
         _ => 1.0,
     }
+}
+
+/// Ops evaluated by a library function (exp, log, tanh, erf, pow) per element.
+fn transcendental(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu | UnaryOp::Gelu | UnaryOp::GeluTanh)
+            | Op::Binary(crate::ir::BinaryOp::Pow)
+    )
 }
 
 struct Ctx<'a> {
@@ -78,6 +85,11 @@ impl Ctx<'_> {
         let a = self.t.align_bytes.max(1);
         (b.max(0.0) as u64).div_ceil(a) * a
     }
+    /// Bytes of these tensors small enough to stay in the last-level cache between kernels.
+    fn cached(&self, ids: &[NodeId]) -> f64 {
+        let cap = self.t.llc_bytes as f64 * self.t.onchip_fraction;
+        ids.iter().map(|i| self.bytes(*i)).filter(|b| *b <= cap).sum()
+    }
     fn fits(&self, use_: &[(String, u64)]) -> bool {
         use_.iter().all(|(m, b)| self.t.budget(m).is_none_or(|cap| *b <= cap))
     }
@@ -90,10 +102,15 @@ impl Ctx<'_> {
             (size + again, 0.0)
         }
     }
-    fn exec_us(&self, (bytes, llc): (f64, f64), mm_flops: f64, vec_flops: f64, mm_eff: f64, tiles: f64, cores: u32) -> (f64, f64, f64, f64) {
+    /// Execution time from bytes (off-chip, of which `cached` stay in the LLC between kernels;
+    /// plus LLC re-reads), flops and transcendental evaluations.
+    #[allow(clippy::too_many_arguments)]
+    fn exec_us(&self, (bytes, llc): (f64, f64), cached: f64, mm_flops: f64, vec_flops: f64, trans: f64, mm_eff: f64, tiles: f64, cores: u32) -> (f64, f64, f64, f64) {
         let llc_bw = if self.t.llc_bandwidth_bytes_per_us > 0.0 { self.t.llc_bandwidth_bytes_per_us } else { self.t.bandwidth_bytes_per_us };
-        let mem = bytes / self.t.bandwidth_bytes_per_us + llc / llc_bw;
-        let comp = mm_flops / (self.t.matmul_flops_per_us * mm_eff.max(1e-3)) + vec_flops / self.t.vector_flops_per_us;
+        let cached = cached.min(bytes);
+        let mem = (bytes - cached) / self.t.bandwidth_bytes_per_us + (llc + cached) / llc_bw;
+        let trans_rate = if self.t.transcendental_per_us > 0.0 { self.t.transcendental_per_us } else { self.t.vector_flops_per_us / 8.0 };
+        let comp = mm_flops / (self.t.matmul_flops_per_us * mm_eff.max(1e-3)) + vec_flops / self.t.vector_flops_per_us + trans / trans_rate;
         let c = cores.max(1) as f64;
         let tiles = tiles.max(1.0);
         let wave = tiles / (c * (tiles / c).ceil());
@@ -168,7 +185,17 @@ pub fn kernel_cost(
             it * op_weight(&n.op)
         })
         .sum();
-    let launch = target.launch_us;
+    let trans: f64 = members
+        .iter()
+        .filter(|m| transcendental(&g.node(**m).op))
+        .map(|m| cx.n(&numel(&iter_shape(g, *m))))
+        .sum();
+    let mut io: Vec<NodeId> = ins.clone();
+    io.extend(outs.iter().copied());
+    let cached = cx.cached(&io);
+    // The host runtime runs small work inline, without a launch.
+    let work_elems: f64 = members.iter().map(|m| cx.n(&numel(&iter_shape(g, *m)))).fold(0.0, f64::max);
+    let launch = if work_elems < target.inline_below_elems as f64 { target.launch_us.min(0.2) } else { target.launch_us };
     let mut cands = Vec::new();
     match kind {
         GroupKind::Elementwise | GroupKind::Concat => {
@@ -194,7 +221,7 @@ pub fn kernel_cost(
                 // On the host a block streams one row at a time; on Ascend a tile holds r rows.
                 let onchip = if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
                 let use_ = vec![(mem_name.to_string(), onchip)];
-                let (exec, mem, comp, wave) = cx.exec_us((bytes, 0.0), 0.0, vec_flops, 1.0, tiles, target.cores);
+                let (exec, mem, comp, wave) = cx.exec_us((bytes, 0.0), cached, 0.0, vec_flops, trans, 1.0, tiles, target.cores);
                 cands.push((exec, mem, comp, wave, (bytes, 0.0), Tiling::Rows { rows_per_tile: r as i64 }, use_.clone(), cx.fits(&use_)));
                 if mem_name != "ub" {
                     break; // the host's choice of r does not change the model
@@ -229,7 +256,9 @@ pub fn kernel_cost(
             let b_bytes = cx.bytes(b_in);
             let epi_bytes: f64 = other.iter().map(|i| cx.bytes(*i)).sum();
             let pro_flops: f64 = pro.iter().map(|p| cx.n(&numel(&g.node(*p).shape)) * op_weight(&g.node(*p).op)).sum();
+            let pro_trans: f64 = pro.iter().filter(|p| transcendental(&g.node(**p).op)).map(|p| cx.n(&numel(&g.node(*p).shape))).sum();
             let epi_flops = vec_flops - pro_flops;
+            let epi_trans = trans - pro_trans;
             let ob = target.matmul_operand_bytes as f64;
             let db = if target.double_buffer { 2.0 } else { 1.0 };
             for mc in [16.0, 32.0, 64.0, 128.0, 256.0] {
@@ -255,7 +284,7 @@ pub fn kernel_cost(
                         } else {
                             vec![("l2".into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
                         };
-                        let (exec, mem, comp, wave) = cx.exec_us(bytes, mm_flops, flops_v, eff, tiles, target.matrix_cores);
+                        let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, flops_v, pro_trans * nt + epi_trans, eff, tiles, target.matrix_cores);
                         let ok = cx.fits(&use_);
                         cands.push((exec, mem, comp, wave, bytes, Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 }, use_, ok));
                     }
@@ -288,7 +317,9 @@ pub fn kernel_cost(
                     let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
                     let use_ = vec![(mem_name.to_string(), cx.align(onchip))];
                     let eff = (br / (br + 8.0)) * (bc / (bc + 16.0));
-                    let (exec, mem, comp, wave) = cx.exec_us(bytes, mm_flops, vec_f, eff, batch * qt, target.matrix_cores);
+                    // One exp per score, plus the rescale per row and key block.
+                    let t_exp = batch * sq * sk + batch * sq * (sk / bc).ceil();
+                    let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, vec_f, t_exp, eff, batch * qt, target.matrix_cores);
                     let ok = cx.fits(&use_);
                     cands.push((exec, mem, comp, wave, bytes, Tiling::Flash { br: br as i64, bc: bc as i64 }, use_, ok));
                 }

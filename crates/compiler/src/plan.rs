@@ -181,7 +181,7 @@ pub struct Candidate {
     pub fused_us: f64,
     /// `parts_us - fused_us`.
     pub benefit_us: f64,
-    /// The benefit a merge must beat: max(0.5 us, 3 % of the parts).
+    /// The benefit a merge must beat: max(floor, 3 % of the time the merge changes).
     pub margin_us: f64,
     /// Off-chip bytes no longer moved (net of re-reads and recomputed inputs) and their time.
     pub bytes_saved: i64,
@@ -471,6 +471,11 @@ impl<'a> Planner<'a> {
         }
         out
     }
+    /// The smallest benefit worth a merge: 0.5 us (docs/planner.md), less on targets whose
+    /// launches cost less than 5 us.
+    fn margin_floor(&self) -> f64 {
+        f64::min(0.5, 0.1 * self.target.launch_us)
+    }
     fn rule_on(&self, r: Rule) -> Result<(), (Reason, String)> {
         if r.min_opt_level() > self.opt_level {
             return Err((Reason::OptLevel, format!("{} needs opt_level >= {}", r.name(), r.min_opt_level())));
@@ -676,7 +681,14 @@ impl<'a> Planner<'a> {
         let tiling_loss_us: f64 = fk.iter().map(|c| c.time_us - c.launch_us - c.unconstrained_exec_us).sum();
         let benefit_us = parts_us - fused_us;
         // Model error scales with the time the merge changes, not with compute both sides keep.
-        let margin_us = f64::max(0.5, 0.03 * (parts_us - comp_parts.min(comp_fused)));
+        // The floor shrinks for parts that launch cheaply (inline calls on the host).
+        let cheapest = parts.iter().map(|c| c.launch_us).fold(f64::INFINITY, f64::min);
+        let floor = self.margin_floor().min(0.5 * cheapest);
+        let recompute_us = (comp_fused - comp_parts).max(0.0);
+        // No risk to hedge when the fused kernel repeats no work and loses nothing to tiling:
+        // then the benefit is the saved traffic and launches, and the floor suffices.
+        let safe = recompute_us < 1e-9 && tiling_loss_us < 1e-9;
+        let margin_us = if safe { floor } else { f64::max(floor, 0.03 * (parts_us - comp_parts.min(comp_fused))) };
         let onchip = fk.first().map(|c| c.onchip.clone()).unwrap_or_default();
         let decision = if benefit_us > margin_us {
             Decision::Accepted { step: 0 }
@@ -694,9 +706,9 @@ impl<'a> Planner<'a> {
             bytes_saved: bytes_saved.round() as i64,
             bytes_saved_us: bytes_saved / self.target.bandwidth_bytes_per_us,
             launches_saved,
-            launches_saved_us: launches_saved as f64 * self.target.launch_us,
+            launches_saved_us: parts.iter().map(|c| c.launch_us).sum::<f64>() - fk.iter().map(|c| c.launch_us).sum::<f64>(),
             tiling_loss_us,
-            recompute_us: (comp_fused - comp_parts).max(0.0),
+            recompute_us,
             onchip,
             tiling: fk.first().map(|c| c.tiling.clone()),
             decision,
@@ -867,7 +879,7 @@ impl<'a> Planner<'a> {
                     let single: BTreeSet<NodeId> = [m].into_iter().collect();
                     let (Ok(cr), Ok(cs)) = (self.cost(&rest, GroupKind::Elementwise, None), self.cost(&single, GroupKind::Elementwise, None)) else { continue };
                     let split = cr.time_us + cs.time_us;
-                    let margin = f64::max(0.5, 0.03 * split);
+                    let margin = f64::max(self.margin_floor(), 0.03 * split);
                     if whole.time_us - split > margin {
                         let step = log.iter().filter(|c| matches!(c.decision, Decision::Accepted { .. })).count() + 1;
                         let mut c = self.rejected(None, i, &[], Reason::NotProfitable, String::new());
@@ -993,7 +1005,7 @@ pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64
         let parts_us = total_us;
         let fused_us = total_us - (n - 1.0) * launch + edges as f64 * 0.25 * launch;
         let benefit_us = parts_us - fused_us;
-        let margin_us = 0.5f64.max(0.03 * n * launch);
+        let margin_us = p.margin_floor().max(0.03 * n * launch);
         let first = groups[0].nodes.clone();
         let rest: Vec<Vec<NodeId>> = groups[1..].iter().map(|g| g.nodes.clone()).collect();
         let mut c = Candidate {

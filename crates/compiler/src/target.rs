@@ -32,6 +32,12 @@ pub struct Target {
     pub matmul_flops_per_us: f64,
     /// Elementwise peak of the whole device, FLOP/us.
     pub vector_flops_per_us: f64,
+    /// Transcendental evaluations (exp, tanh, erf...) per us, whole device.
+    #[serde(default)]
+    pub transcendental_per_us: f64,
+    /// Work below this many elements runs on the calling thread without a launch (host runtime).
+    #[serde(default)]
+    pub inline_below_elems: u64,
     /// The FMA peak of the whole device, FLOP/us (for reports: achieved vs peak).
     #[serde(default)]
     pub fma_peak_flops_per_us: f64,
@@ -76,10 +82,13 @@ impl Target {
             cores,
             matrix_cores: cores,
             bandwidth_bytes_per_us: 10_000.0,
-            llc_bytes: read_cache(3).unwrap_or(l2),
-            llc_bandwidth_bytes_per_us: 25_000.0,
+            // Tensors that fit the cores' private L2s together stay in cache between kernels.
+            llc_bytes: l2 * cores as u64,
+            llc_bandwidth_bytes_per_us: 50_000.0,
             matmul_flops_per_us: 8_000.0 * cores as f64,
             vector_flops_per_us: 2_000.0 * cores as f64,
+            transcendental_per_us: 200.0 * cores as f64,
+            inline_below_elems: 1 << 14,
             fma_peak_flops_per_us: 0.0,
             launch_us: 5.0,
             overlap: 0.5,
@@ -90,7 +99,7 @@ impl Target {
             onchip_fraction: 0.8,
             sources: vec![
                 format!("cores: available_parallelism = {cores}"),
-                format!("l1/l2 per core: sysfs cache index = {l1} / {l2} B"),
+                format!("l1/l2 per core: sysfs cache index = {l1} / {l2} B; in-cache tensors up to {} B (the cores' L2s)", l2 * cores as u64),
                 "bandwidth, flops, launch: uncalibrated defaults".into(),
             ],
         }
@@ -115,6 +124,9 @@ impl Target {
             matmul_flops_per_us: 8192.0 * 24.0 * 1650.0,
             // 128 fp32 lanes x 2 (FMA) per AIV x 48 AIV x 1.65 GHz.
             vector_flops_per_us: 256.0 * 48.0 * 1650.0,
+            // Assumed: exp/ln on the vector unit at 1/8 of the FMA rate.
+            transcendental_per_us: 64.0 * 48.0 * 1650.0 / 8.0,
+            inline_below_elems: 0,
             fma_peak_flops_per_us: 8192.0 * 24.0 * 1650.0,
             launch_us: 5.0,
             overlap: 0.9,

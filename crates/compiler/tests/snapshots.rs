@@ -130,7 +130,7 @@ fn seed_layer_plans_per_opt_level() {
         k6 [elementwise_chain,linear_epilogue] x1: matmul add add
         k7 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
         k8 [linear_epilogue] f: matmul add silu
-        k9 [elementwise_chain,linear_epilogue] out: matmul add add
+        k9 [linear_epilogue] out: matmul add add
     "#]]);
     check_plan(2, expect![[r#"
         k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
@@ -144,7 +144,7 @@ fn seed_layer_plans_per_opt_level() {
         k8 [elementwise_chain,linear_epilogue] x1: matmul add add
         k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
         k10 [linear_epilogue] f: matmul add silu
-        k11 [elementwise_chain,linear_epilogue] out: matmul add add
+        k11 [linear_epilogue] out: matmul add add
     "#]]);
 }
 

@@ -81,6 +81,9 @@ static inline float af_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
 static inline int64_t af_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+/* fmaxf/fminf semantics (a NaN operand yields the other), inline and vectorisable. */
+static inline float af_fmax(float a, float b) { return ((b > a) | (a != a)) ? b : a; }
+static inline float af_fmin(float a, float b) { return ((b < a) | (a != a)) ? b : a; }
 
 /* The matmul template's inner kernel: C[m][n] += sum_k A[m][k] * B[k][n] on packed panels
  * (A: mlen x klen, row stride lda; B: klen x nlen, row stride ldb; C row stride ldb).
@@ -153,7 +156,7 @@ fn unary_c(u: UnaryOp, x: &str) -> String {
         UnaryOp::Rsqrt => format!("(1.0f / sqrtf({x}))"),
         UnaryOp::Tanh => format!("tanhf({x})"),
         UnaryOp::Sigmoid => format!("af_sigmoid({x})"),
-        UnaryOp::Relu => format!("fmaxf({x}, 0.0f)"),
+        UnaryOp::Relu => format!("af_fmax({x}, 0.0f)"),
         UnaryOp::Gelu => format!("af_gelu({x})"),
         UnaryOp::GeluTanh => format!("af_gelu_tanh({x})"),
         UnaryOp::Silu => format!("af_silu({x})"),
@@ -167,8 +170,8 @@ fn binary_c(b: BinaryOp, x: &str, y: &str) -> String {
         BinaryOp::Mul => format!("({x} * {y})"),
         BinaryOp::Div => format!("({x} / {y})"),
         BinaryOp::Pow => format!("powf({x}, {y})"),
-        BinaryOp::Max => format!("fmaxf({x}, {y})"),
-        BinaryOp::Min => format!("fminf({x}, {y})"),
+        BinaryOp::Max => format!("af_fmax({x}, {y})"),
+        BinaryOp::Min => format!("af_fmin({x}, {y})"),
     }
 }
 
@@ -420,16 +423,15 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     };
     for p in 0..n_loops {
         row_vals(p, body);
-        for (&m, &lp) in &reduce_loop {
-            if lp == p {
-                let init = match g.node(m).op {
-                    Op::Reduce { kind: ReduceKind::Max, .. } => "(-INFINITY)",
-                    _ => "0.0f",
-                };
-                let _ = writeln!(body, "        float acc{} = {init};", m.0);
-            }
+        let reds: Vec<NodeId> = reduce_loop.iter().filter(|(_, lp)| **lp == p).map(|(m, _)| *m).collect();
+        let is_max = |m: NodeId| matches!(g.node(m).op, Op::Reduce { kind: ReduceKind::Max, .. });
+        for &m in &reds {
+            let init = if is_max(m) { "(-INFINITY)" } else { "0.0f" };
+            let _ = writeln!(body, "        float accv{0}[8] = {{{init}, {init}, {init}, {init}, {init}, {init}, {init}, {init}}};", m.0);
         }
-        let _ = writeln!(body, "        for (int64_t c = 0; c < N; ++c) {{");
+        // The loop body for column `c`; reductions accumulate into lane `l` of 8 partials, so
+        // the sums run as independent chains the compiler can vectorise.
+        let mut lb = String::new();
         for &m in &grp.nodes {
             let n = g.node(m);
             let local = |x: NodeId| -> Option<String> {
@@ -442,23 +444,36 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
             };
             if reduce_loop.get(&m) == Some(&p) {
                 let x = operand(em, &sp, &members, &local, n.inputs[0], "c");
-                let upd = match n.op {
-                    Op::Reduce { kind: ReduceKind::Max, .. } => format!("acc{0} = fmaxf(acc{0}, {x});", m.0),
-                    _ => format!("acc{} += {x};", m.0),
-                };
-                let _ = writeln!(body, "            {upd} /* {} */", n.name);
+                let upd = if is_max(m) { format!("{{ const float xv = {x}; accv{0}[l] = xv > accv{0}[l] ? xv : accv{0}[l]; }}", m.0) } else { format!("accv{}[l] += {x};", m.0) };
+                let _ = writeln!(lb, "                {upd} /* {} */", n.name);
             } else if phase.get(&m) == Some(&p) {
                 let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &sp, &members, &local, *i, "c")).collect();
-                let _ = writeln!(body, "            const float {} = {}; /* {} */", em.var(m), member_expr(g, &sp, m, &ops, "c"), n.name);
-                if let Some(_k) = rowbuf.get(&m) {
-                    let _ = writeln!(body, "            rb{}[c] = {};", m.0, em.var(m));
+                let _ = writeln!(lb, "                const float {} = {}; /* {} */", em.var(m), member_expr(g, &sp, m, &ops, "c"), n.name);
+                if rowbuf.contains_key(&m) {
+                    let _ = writeln!(lb, "                rb{}[c] = {};", m.0, em.var(m));
                 }
                 if outputs.contains(&m) {
-                    let _ = writeln!(body, "            {}", store_out(em, m, "r * N + c"));
+                    let _ = writeln!(lb, "                {}", store_out(em, m, "r * N + c"));
                 }
             }
         }
-        let _ = writeln!(body, "        }}");
+        if reds.is_empty() {
+            let _ = writeln!(body, "        for (int64_t c = 0; c < N; ++c) {{\n            const int64_t l = 0; (void)l;\n{lb}        }}");
+        } else {
+            let _ = writeln!(body, "        int64_t cb{p} = 0;");
+            let _ = writeln!(body, "        for (; cb{p} + 8 <= N; cb{p} += 8) {{\n            for (int64_t l = 0; l < 8; ++l) {{\n                const int64_t c = cb{p} + l;\n{lb}            }}\n        }}");
+            let _ = writeln!(body, "        for (int64_t l = 0; cb{p} + l < N; ++l) {{ /* tail */\n            {{\n                const int64_t c = cb{p} + l;\n{lb}            }}\n        }}");
+            for &m in &reds {
+                let v = |k: usize| format!("accv{}[{k}]", m.0);
+                // Partial maxima are never NaN (they start at -inf and skip NaN), so a plain max joins them.
+                let comb = |x: String, y: String| if is_max(m) { format!("(({x}) > ({y}) ? ({x}) : ({y}))") } else { format!("({x} + {y})") };
+                let tree = comb(
+                    comb(comb(v(0), v(1)), comb(v(2), v(3))),
+                    comb(comb(v(4), v(5)), comb(v(6), v(7))),
+                );
+                let _ = writeln!(body, "        const float acc{} = {tree};", m.0);
+            }
+        }
     }
     row_vals(n_loops, body);
     let _ = writeln!(body, "    }}");
@@ -640,7 +655,7 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &sps, &members, &|x| Some(em.var(x)), *i, "k0 + j")).collect();
         let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &sps, m, &ops, "k0 + j"), n.name);
     }
-    let _ = writeln!(body, "                    srow[j] = {};\n                    mx = fmaxf(mx, srow[j]);\n                }}", em.var(f.scores));
+    let _ = writeln!(body, "                    srow[j] = {};\n                    mx = af_fmax(mx, srow[j]);\n                }}", em.var(f.scores));
     let _ = writeln!(body, "                /* online softmax: rescale what was accumulated under the old max */");
     let _ = writeln!(body, "                const float corr = expf(Mr[i] - mx);\n                float l = Lr[i] * corr;");
     let _ = writeln!(body, "                for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
