@@ -43,6 +43,8 @@ pub enum Work {
     /// `batch` attention problems of `sq` queries over `sk` keys, head dims `d` (QK) and `dv`
     /// (V); `mc`/`nc` of the tiling are the query and key block sizes.
     Flash { batch: DimExpr, sq: DimExpr, sk: DimExpr, d: DimExpr, dv: DimExpr },
+    /// Matmuls launched together, each `(batch, m, n, k)`, sharing one blocking.
+    Horizontal { parts: Vec<(DimExpr, DimExpr, DimExpr, DimExpr)> },
 }
 
 /// What the runtime needs to launch one kernel.

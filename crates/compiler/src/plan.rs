@@ -60,7 +60,7 @@ impl Rule {
     /// Rules this version of the planner forms groups for. The others are accepted by name (so
     /// option lists stay valid) and reported as not implemented yet.
     pub fn implemented(self) -> bool {
-        !matches!(self, Rule::QkvHorizontal)
+        true
     }
 }
 
@@ -103,6 +103,8 @@ pub enum GroupKind {
     Concat,
     /// QK^T, scale, mask, softmax and PV as one online-softmax kernel (no S x S tensor).
     FlashAttention,
+    /// Sibling matmuls reading the same A operand, launched as one kernel (`qkv_horizontal`).
+    Horizontal,
 }
 
 /// A kernel of the plan.
@@ -222,6 +224,38 @@ impl Plan {
     pub fn benefit_us(&self) -> f64 {
         self.unfused_us - self.total_us
     }
+}
+
+/// The matmuls of a horizontal group, each with the members it needs (its prologue and
+/// epilogue; a duplicated prologue belongs to every matmul that reads it).
+pub fn horizontal_parts(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, BTreeSet<NodeId>)> {
+    let members: BTreeSet<NodeId> = nodes.iter().copied().collect();
+    let users = g.users();
+    nodes
+        .iter()
+        .copied()
+        .filter(|n| g.node(*n).op == Op::MatMul)
+        .map(|a| {
+            let mut part: BTreeSet<NodeId> = [a].into_iter().collect();
+            let mut up = vec![a];
+            while let Some(x) = up.pop() {
+                for i in &g.node(x).inputs {
+                    if members.contains(i) && part.insert(*i) {
+                        up.push(*i);
+                    }
+                }
+            }
+            let mut down = vec![a];
+            while let Some(x) = down.pop() {
+                for u in &users[x.idx()] {
+                    if members.contains(u) && part.insert(*u) {
+                        down.push(*u);
+                    }
+                }
+            }
+            (a, part)
+        })
+        .collect()
 }
 
 /// The nodes of an attention pattern inside `members`.
@@ -372,6 +406,8 @@ struct Move {
     a: usize,
     bs: Vec<usize>,
     versions: Vec<u32>,
+    /// A horizontal merge of siblings rather than producer into consumer.
+    sibling: bool,
 }
 
 struct HeapEntry {
@@ -514,8 +550,9 @@ impl<'a> Planner<'a> {
             }
         }
         let (rule, kind, anchor, res): (Rule, GroupKind, Option<NodeId>, Result<(), (Reason, String)>) = match (wa.kind, wb.kind) {
-            (GroupKind::Concat | GroupKind::FlashAttention, _) | (_, GroupKind::Concat | GroupKind::FlashAttention) => {
-                return Err((None, Reason::Opaque, "concat and flash-attention kernels take no further ops".into()));
+            (GroupKind::Concat | GroupKind::FlashAttention | GroupKind::Horizontal, _)
+            | (_, GroupKind::Concat | GroupKind::FlashAttention | GroupKind::Horizontal) => {
+                return Err((None, Reason::Opaque, "concat, flash-attention and horizontal kernels take no further ops".into()));
             }
             (GroupKind::MatMul, GroupKind::MatMul) => {
                 return Err((None, Reason::TwoAnchors, "a kernel holds one matmul".into()));
@@ -785,12 +822,49 @@ impl<'a> Planner<'a> {
                 out.push((self.eval_dup(a, &cs), self.mv(a, &cs)));
             }
         }
+        if self.rules.contains(Rule::QkvHorizontal) {
+            for (x, &a) in live.iter().enumerate() {
+                for &b in &live[x + 1..] {
+                    if self.siblings(a, b) {
+                        let mut mv = self.mv(a, &[b]);
+                        mv.sibling = true;
+                        out.push((self.eval_sibling(a, b), mv));
+                    }
+                }
+            }
+        }
         out
+    }
+
+    fn a_operands(&self, i: usize) -> BTreeSet<NodeId> {
+        let w = self.w(i);
+        w.members.iter().filter(|m| self.g.node(**m).op == Op::MatMul).map(|m| self.g.node(*m).inputs[0]).collect()
+    }
+
+    /// Matmul groups whose matmuls read the same A operand.
+    fn siblings(&self, a: usize, b: usize) -> bool {
+        let kinds = |i: usize| matches!(self.w(i).kind, GroupKind::MatMul | GroupKind::Horizontal);
+        kinds(a) && kinds(b) && !self.a_operands(a).is_disjoint(&self.a_operands(b))
+    }
+
+    fn eval_sibling(&self, a: usize, b: usize) -> Candidate {
+        let rule = Rule::QkvHorizontal;
+        if let Err((reason, detail)) = self.rule_on(rule) {
+            return self.rejected(Some(rule), a, &[b], reason, detail);
+        }
+        if self.preds(b).contains(&a) || self.preds(a).contains(&b) || self.indirect_path(a, b, &[]) || self.indirect_path(b, a, &[]) {
+            return self.rejected(Some(rule), a, &[b], Reason::Cycle, "one sibling depends on the other".into());
+        }
+        let m: BTreeSet<NodeId> = self.w(a).members.union(&self.w(b).members).copied().collect();
+        if let Err((reason, detail)) = self.backstops(&m) {
+            return self.rejected(Some(rule), a, &[b], reason, detail);
+        }
+        self.score(rule, a, &[b], &[(m, GroupKind::Horizontal, None)])
     }
     fn mv(&self, a: usize, bs: &[usize]) -> Move {
         let mut versions = vec![self.w(a).version];
         versions.extend(bs.iter().map(|b| self.w(*b).version));
-        Move { a, bs: bs.to_vec(), versions }
+        Move { a, bs: bs.to_vec(), versions, sibling: false }
     }
     fn current(&self, m: &Move) -> bool {
         std::iter::once(m.a).chain(m.bs.iter().copied()).zip(&m.versions).all(|(i, v)| self.groups[i].as_ref().is_some_and(|w| w.version == *v))
@@ -798,6 +872,9 @@ impl<'a> Planner<'a> {
     fn rescore(&self, m: &Move) -> Option<Candidate> {
         if self.groups[m.a].is_none() || m.bs.iter().any(|b| self.groups[*b].is_none()) {
             return None;
+        }
+        if m.sibling {
+            return Some(self.eval_sibling(m.a, m.bs[0]));
         }
         if m.bs.len() == 1 {
             if !self.preds(m.bs[0]).contains(&m.a) {
@@ -811,6 +888,16 @@ impl<'a> Planner<'a> {
 
     fn apply(&mut self, rule: Rule, m: &Move) {
         let wa = self.groups[m.a].take().unwrap();
+        if m.sibling {
+            let wb = self.groups[m.bs[0]].as_mut().unwrap();
+            wb.members.extend(wa.members.iter().copied());
+            wb.rules.extend(wa.rules.iter().copied());
+            wb.rules.insert(rule);
+            wb.kind = GroupKind::Horizontal;
+            wb.anchor = None;
+            wb.version += 1;
+            return;
+        }
         for &b in &m.bs {
             let wb = self.groups[b].as_mut().unwrap();
             wb.members.extend(wa.members.iter().copied());
@@ -966,7 +1053,8 @@ pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64
             let same = !stale && (c.benefit_us - top.benefit).abs() < 1e-9;
             if !same {
                 // Lazy re-scoring: put it back with its current score.
-                let mv = p.mv(top.mv.a, &top.mv.bs);
+                let mut mv = p.mv(top.mv.a, &top.mv.bs);
+                mv.sibling = top.mv.sibling;
                 push(&mut heap, &c, mv);
                 continue;
             }

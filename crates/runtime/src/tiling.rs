@@ -53,6 +53,24 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
             let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
             (tiling, (mc * kc + kc * nc + mc * nc) as usize)
         }
+        Work::Horizontal { parts } => {
+            let ps: Vec<(i64, i64, i64, i64)> =
+                parts.iter().map(|(b, m, n, k)| (eval(b).max(0), eval(m).max(0), eval(n).max(0), eval(k).max(0))).collect();
+            let mc = ps.iter().map(|p| p.1).max().unwrap_or(1).clamp(1, 64);
+            let kc = ps.iter().map(|p| p.3).max().unwrap_or(1).clamp(1, 256);
+            let mut nc = ps.iter().map(|p| p.2).max().unwrap_or(1).clamp(1, 256);
+            let units_for = |nc: i64| ps.iter().map(|(b, m, n, _)| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc)).sum::<i64>();
+            while units_for(nc) < 2 * t && nc > 32 {
+                nc = (nc / 2 + 15) / 16 * 16;
+            }
+            let units = units_for(nc);
+            let flops: i64 = ps.iter().map(|(b, m, n, k)| 2 * b * m * n * k).sum();
+            let blocks = if flops < 4 * MIN_PARALLEL_ELEMS { 1 } else { units.min(8 * t) }.max(1);
+            let upb = ((units + blocks - 1) / blocks).max(1);
+            let block_num = if units == 0 { 0 } else { (units + upb - 1) / upb };
+            let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
+            (tiling, (mc * kc + kc * nc + mc * nc) as usize)
+        }
         Work::Flash { batch, sq, sk, d, dv } => {
             let (b, sq, sk, d, dv) = (eval(batch).max(0), eval(sq).max(0), eval(sk).max(1), eval(d).max(1), eval(dv).max(1));
             let mut br = sq.clamp(1, 32);

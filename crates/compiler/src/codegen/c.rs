@@ -481,9 +481,32 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
 }
 
 fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
-    let g = em.g;
-    let anchor = grp.anchor.unwrap();
     let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
+    let _ = writeln!(body, "    const int64_t hoff = 0;");
+    let (batch, m, n, k) = gen_matmul_part(em, grp.anchor.unwrap(), &members, &outputs, body);
+    Work::MatMul { batch, m, n, k }
+}
+
+/// Several matmuls sharing their A operand in one launch (`qkv_horizontal`): the blocks walk
+/// the concatenation of the parts' work units.
+fn gen_horizontal(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
+    let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
+    let _ = writeln!(body, "    int64_t hoff = 0;");
+    let mut parts = Vec::new();
+    for (anchor, members) in crate::plan::horizontal_parts(em.g, &grp.nodes) {
+        let _ = writeln!(body, "    {{ /* part: {} */", em.g.node(anchor).name);
+        parts.push(gen_matmul_part(em, anchor, &members, &outputs, body));
+        let _ = writeln!(body, "    hoff += units;\n    }}");
+    }
+    Work::Horizontal { parts }
+}
+
+/// One matmul with its prologue and epilogue; its work units start at `hoff` in the block
+/// numbering. Returns (batch, m, n, k).
+fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>, outputs: &BTreeSet<NodeId>, body: &mut String) -> (DimExpr, DimExpr, DimExpr, DimExpr) {
+    let g = em.g;
+    let grp_nodes: Vec<NodeId> = members.iter().copied().collect();
     let out_shape = g.node(anchor).shape.clone();
     let r = out_shape.len();
     let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
@@ -505,7 +528,7 @@ fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
             }
         }
     }
-    let epilogue: Vec<NodeId> = grp.nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
+    let epilogue: Vec<NodeId> = grp_nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
     let mut spa = Space { tag: "a", shape: a_shape, accesses: BTreeMap::new() };
     let mut spb = Space { tag: "b", shape: b_shape, accesses: BTreeMap::new() };
     let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
@@ -533,7 +556,7 @@ fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let _ = writeln!(body, "    const int64_t MC = t->mc, NC = t->nc, KC = t->kc;");
     let _ = writeln!(body, "    float *Ap = scratch, *Bp = scratch + MC * KC, *Cc = scratch + MC * KC + KC * NC;");
     let _ = writeln!(body, "    const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
-    let _ = writeln!(body, "    const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);");
+    let _ = writeln!(body, "    const int64_t ub = block * t->rows_per_block - hoff, u0 = ub < 0 ? 0 : ub, u1 = af_min64(units, ub + t->rows_per_block);");
     let _ = writeln!(body, "    for (int64_t u = u0; u < u1; ++u) {{");
     let _ = writeln!(body, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
     let _ = writeln!(body, "        const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);");
@@ -545,7 +568,7 @@ fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     body.push_str(&em.row_prologue(&spa, "bi * M + m0 + m", "                "));
     let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
     let _ = writeln!(body, "                    const int64_t c = k0 + k;");
-    for &m in grp.nodes.iter().filter(|m| prologue.contains(m)) {
+    for &m in grp_nodes.iter().filter(|m| prologue.contains(m)) {
         let n = g.node(m);
         let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &spa, &members, &|x| Some(em.var(x)), *i, "c")).collect();
         let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &spa, m, &ops, "c"), n.name);
@@ -568,7 +591,6 @@ fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let _ = writeln!(body, "                const int64_t c = n0 + n;");
     let acc = round_to(g.node(anchor).dtype, "Cc[m * NC + n]".into());
     let _ = writeln!(body, "                const float {} = {acc}; /* {} */", em.var(anchor), g.node(anchor).name);
-    let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
     let store_all = |m: NodeId, body: &mut String| {
         if outputs.contains(&m) {
             let b = em.buf[&m];
@@ -583,7 +605,7 @@ fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         store_all(m, body);
     }
     let _ = writeln!(body, "            }}\n        }}\n    }}");
-    Work::MatMul { batch: numel(&batch), m: out_shape[r - 2].clone(), n: out_shape[r - 1].clone(), k: k_dim }
+    (numel(&batch), out_shape[r - 2].clone(), out_shape[r - 1].clone(), k_dim)
 }
 
 /// Online-softmax attention: for each block of queries, loop over blocks of keys keeping the
@@ -744,6 +766,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
             GroupKind::MatMul => gen_matmul(&mut em, grp, &mut body),
             GroupKind::Concat => gen_concat(&mut em, grp, &mut body),
             GroupKind::FlashAttention => gen_flash(&mut em, grp, &mut body),
+            GroupKind::Horizontal => gen_horizontal(&mut em, grp, &mut body),
         };
         let ops = describe(g, grp);
         let why = if grp.rules.is_empty() {

@@ -206,11 +206,12 @@ static void k1_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
     const int64_t ac4_off = 0;
     const int64_t ac4_s0 = 0;
     const int64_t ac4_s1 = ((int64_t)1);
+    const int64_t hoff = 0;
     const int64_t BATCH = ((int64_t)1), M = ((int64_t)1 * dims[0]), N = ((int64_t)16), K = ((int64_t)8);
     const int64_t MC = t->mc, NC = t->nc, KC = t->kc;
     float *Ap = scratch, *Bp = scratch + MC * KC, *Cc = scratch + MC * KC + KC * NC;
     const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;
-    const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);
+    const int64_t ub = block * t->rows_per_block - hoff, u0 = ub < 0 ? 0 : ub, u1 = af_min64(units, ub + t->rows_per_block);
     for (int64_t u = u0; u < u1; ++u) {
         const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;
         const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);
@@ -281,11 +282,12 @@ static void k2_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
     const int64_t ac2_off = 0;
     const int64_t ac2_s0 = ((int64_t)8);
     const int64_t ac2_s1 = ((int64_t)1);
+    const int64_t hoff = 0;
     const int64_t BATCH = ((int64_t)1), M = ((int64_t)1 * dims[0]), N = ((int64_t)8), K = ((int64_t)16);
     const int64_t MC = t->mc, NC = t->nc, KC = t->kc;
     float *Ap = scratch, *Bp = scratch + MC * KC, *Cc = scratch + MC * KC + KC * NC;
     const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;
-    const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);
+    const int64_t ub = block * t->rows_per_block - hoff, u0 = ub < 0 ? 0 : ub, u1 = af_min64(units, ub + t->rows_per_block);
     for (int64_t u = u0; u < u1; ++u) {
         const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;
         const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);
