@@ -79,6 +79,30 @@ fn plan_with(u: &Unit, groups: Vec<Group>, p: &Plan, target: &Target) -> Plan {
     plan_from(g, 0, autofusion_compiler::plan::RuleSet::none(), &p.hints, target, Some(&all))
 }
 
+struct Ctx<'a> {
+    modules: &'a mut HashMap<String, autofusion::Module>,
+    n_sym: &'a mut usize,
+    dir: &'a PathBuf,
+}
+
+impl Ctx<'_> {
+    /// Build (or reuse) the module of a plan holding `groups` (and every other op alone).
+    fn module_for(&mut self, u: &Unit, groups: Vec<Group>, p: &Plan, target: &Target) -> (String, Plan) {
+        let g = &u.graph;
+        let pl = plan_with(u, groups, p, target);
+        let key: Vec<Vec<_>> = pl.groups.iter().map(|gr| gr.nodes.clone()).collect();
+        let key = format!("{}:{key:?}", g.name);
+        if !self.modules.contains_key(&key) {
+            *self.n_sym += 1;
+            let sym = format!("af_bench_{}_{}", g.name, self.n_sym);
+            let built = u.generate(Variant::Fused, pl.clone(), &sym);
+            let m = autofusion_runtime::jit::load_built(&built, &sym, self.dir, &["-O3"]).unwrap();
+            self.modules.insert(key.clone(), m);
+        }
+        (key, pl)
+    }
+}
+
 struct Measured {
     parts_us: f64,
     fused_us: f64,
@@ -88,7 +112,7 @@ struct Measured {
 fn main() {
     let target = target();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/planner_accuracy");
-    let reps = 7;
+    let reps = 11;
     let mut modules: HashMap<String, autofusion::Module> = HashMap::new();
     let mut n_sym = 0usize;
     let (mut right, mut total) = (0usize, 0usize);
@@ -103,32 +127,6 @@ fn main() {
             let p = plan(g, 3, u.lowered.options.rules, &hints, &target);
             let ins = common::inputs(g, &[s], 7);
             let refs: Vec<&Tensor> = ins.iter().collect();
-            let mut measure = |groups: Vec<Group>, want: &[BTreeSet<autofusion_compiler::ir::NodeId>]| -> (f64, Vec<(f64, f64)>) {
-                let pl = plan_with(&u, groups, &p, &target);
-                let key: Vec<Vec<_>> = pl.groups.iter().map(|gr| gr.nodes.clone()).collect();
-                let key = format!("{}:{key:?}", g.name);
-                if !modules.contains_key(&key) {
-                    n_sym += 1;
-                    let sym = format!("af_bench_{}_{n_sym}", g.name);
-                    let built = u.generate(Variant::Fused, pl.clone(), &sym);
-                    let m = autofusion_runtime::jit::load_built(&built, &sym, &dir, &["-O3"]).unwrap();
-                    modules.insert(key.clone(), m);
-                }
-                let m = &modules[&key];
-                let times = m.time_kernels(&refs, reps).unwrap();
-                let mut sum = 0.0;
-                let mut kernels = Vec::new();
-                for (gr, t) in pl.groups.iter().zip(&times) {
-                    let nodes: BTreeSet<_> = gr.nodes.iter().copied().collect();
-                    if want.contains(&nodes) {
-                        sum += t;
-                        if let Some(c) = &gr.cost {
-                            kernels.push((c.time_us, *t));
-                        }
-                    }
-                }
-                (sum, kernels)
-            };
             let cands: Vec<&Candidate> = p
                 .candidates
                 .iter()
@@ -144,8 +142,37 @@ fn main() {
                 } else {
                     cons.iter().map(|x| x.union(&prod).copied().collect()).collect()
                 };
-                let (mp, kp) = measure(parts.iter().map(|x| group(g, x.clone(), None)).collect(), &parts);
-                let (mf, kf) = measure(fused.iter().map(|x| group(g, x.clone(), c.rule)).collect(), &fused);
+                let mut ctx = Ctx { modules: &mut modules, n_sym: &mut n_sym, dir: &dir };
+                let (kp, pp) = ctx.module_for(&u, parts.iter().map(|x| group(g, x.clone(), None)).collect(), &p, &target);
+                let (kf, pf) = ctx.module_for(&u, fused.iter().map(|x| group(g, x.clone(), c.rule)).collect(), &p, &target);
+                // Interleave the two builds so both see the same machine state; medians.
+                let (mut tp, mut tf): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (Vec::new(), Vec::new());
+                for _ in 0..reps {
+                    tp.push(modules[&kp].time_kernels(&refs, 1).unwrap());
+                    tf.push(modules[&kf].time_kernels(&refs, 1).unwrap());
+                }
+                let med = |runs: &[Vec<f64>], k: usize| {
+                    let mut v: Vec<f64> = runs.iter().map(|r| r[k]).collect();
+                    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                    v[v.len() / 2]
+                };
+                let pick = |pl: &Plan, runs: &[Vec<f64>], want: &[BTreeSet<autofusion_compiler::ir::NodeId>]| {
+                    let mut sum = 0.0;
+                    let mut ks = Vec::new();
+                    for (k, gr) in pl.groups.iter().enumerate() {
+                        let nodes: BTreeSet<_> = gr.nodes.iter().copied().collect();
+                        if want.contains(&nodes) {
+                            let t = med(runs, k);
+                            sum += t;
+                            if let Some(c) = &gr.cost {
+                                ks.push((c.time_us, t));
+                            }
+                        }
+                    }
+                    (sum, ks)
+                };
+                let (mp, kp) = pick(&pp, &tp, &parts);
+                let (mf, kf) = pick(&pf, &tf, &fused);
                 let m = Measured { parts_us: mp, fused_us: mf, kernels: kp.into_iter().chain(kf).collect() };
                 let pred = c.parts_us - c.fused_us;
                 let meas = m.parts_us - m.fused_us;

@@ -3,7 +3,7 @@
  *   the CPU has it, else SSE), the GEMM-tile rate per core (FLOP/us) of the same inner kernel
  *   the generated code uses, an elementwise rate per core (FLOP/us), and the cost of one
  *   fork/join of all threads (us). Short: about a second in all. */
-#define _POSIX_C_SOURCE 200809L
+/* (calibrate.rs defines _POSIX_C_SOURCE and prepends the code generator's prelude) */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,27 +48,8 @@ static double fma_sse(long iters) {
     return (double)iters * 32 * 2 / t;
 }
 
-/* ---- the generated code's GEMM inner kernel, on cache-resident panels ---- */
-static inline void gemm_tile(const float *restrict A, const float *restrict B, float *restrict C,
-                             int64_t mlen, int64_t nlen, int64_t klen, int64_t lda, int64_t ldb) {
-    int64_t m = 0;
-    for (; m + 4 <= mlen; m += 4) {
-        float *restrict c0 = C + (m + 0) * ldb, *restrict c1 = C + (m + 1) * ldb;
-        float *restrict c2 = C + (m + 2) * ldb, *restrict c3 = C + (m + 3) * ldb;
-        for (int64_t k = 0; k < klen; ++k) {
-            const float a0 = A[(m + 0) * lda + k], a1 = A[(m + 1) * lda + k];
-            const float a2 = A[(m + 2) * lda + k], a3 = A[(m + 3) * lda + k];
-            const float *restrict b = B + k * ldb;
-            for (int64_t n = 0; n < nlen; ++n) {
-                const float bn = b[n];
-                c0[n] += a0 * bn;
-                c1[n] += a1 * bn;
-                c2[n] += a2 * bn;
-                c3[n] += a3 * bn;
-            }
-        }
-    }
-}
+/* ---- the generated code's GEMM inner kernel (af_gemm_tile from the code generator's
+ * prelude, prepended to this file), on cache-resident panels ---- */
 static double gemm_rate(void) {
     enum { MC = 64, NC = 256, KC = 128 };
     float *A = calloc(MC * KC, 4), *B = calloc(KC * NC, 4), *C = calloc(MC * NC, 4);
@@ -77,7 +58,7 @@ static double gemm_rate(void) {
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = now_us();
-        for (int it = 0; it < 20; it++) gemm_tile(A, B, C, MC, NC, KC, KC, NC);
+        for (int it = 0; it < 20; it++) af_gemm_tile(A, B, C, MC, NC, KC, KC, NC);
         double t = now_us() - t0, r = 20.0 * 2 * MC * NC * KC / t;
         if (r > best) best = r;
     }

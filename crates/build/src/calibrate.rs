@@ -52,7 +52,8 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let src = dir.join("calib.c");
     let exe = dir.join("calib");
-    std::fs::write(&src, CALIB_C).map_err(|e| e.to_string())?;
+    let code = format!("#define _POSIX_C_SOURCE 200809L\n{}\n{CALIB_C}", autofusion_compiler::codegen::c::PRELUDE);
+    std::fs::write(&src, code).map_err(|e| e.to_string())?;
     let compiler = cc::Build::new().opt_level(3).cargo_metadata(false).try_get_compiler().map_err(|e| e.to_string())?;
     let out = compiler
         .to_command()

@@ -15,7 +15,9 @@ use crate::plan::{describe, iter_shape, space_of, Group, GroupKind, Plan};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-const PRELUDE: &str = r#"#include <stdint.h>
+/// Helpers every generated file starts with (also compiled into the host calibration, so the
+/// calibration measures the very GEMM tile the kernels use).
+pub const PRELUDE: &str = r#"#include <stdint.h>
 #include <stddef.h>
 #include <string.h>
 #include <math.h>
