@@ -261,9 +261,13 @@ pub fn kernel_cost(
             let epi_trans = trans - pro_trans;
             let ob = target.matmul_operand_bytes as f64;
             let db = if target.double_buffer { 2.0 } else { 1.0 };
-            for mc in [16.0, 32.0, 64.0, 128.0, 256.0] {
-                for nc in [32.0, 64.0, 128.0, 256.0, 512.0] {
-                    for kc in [64.0, 128.0, 256.0, 512.0] {
+            let (mcs, ncs, kcs): (Vec<f64>, Vec<f64>, Vec<f64>) = match target.runtime_blocking {
+                Some([mc, nc, kc, _, _]) => (vec![mc as f64], [32.0, 64.0, 128.0, 256.0].into_iter().filter(|x| *x <= nc as f64).collect(), vec![kc as f64]),
+                None => (vec![16.0, 32.0, 64.0, 128.0, 256.0], vec![32.0, 64.0, 128.0, 256.0, 512.0], vec![64.0, 128.0, 256.0, 512.0]),
+            };
+            for &mc in &mcs {
+                for &nc in &ncs {
+                    for &kc in &kcs {
                         let (mc, nc, kc) = (f64::min(mc, m.max(1.0)), f64::min(nc, nn.max(1.0)), f64::min(kc, k.max(1.0)));
                         let (mt, nt) = ((m / mc).ceil().max(1.0), (nn / nc).ceil().max(1.0));
                         let (a_hbm, a_llc) = cx.reread(a_bytes, nt);
@@ -330,8 +334,12 @@ pub fn kernel_cost(
             let kv_bytes = cx.bytes(g.node(f.qk).inputs[1]) + cx.bytes(g.node(f.pv).inputs[1]);
             let mask_bytes: f64 = ins.iter().filter(|i| **i != g.node(f.qk).inputs[0] && **i != g.node(f.qk).inputs[1] && **i != g.node(f.pv).inputs[1]).map(|i| cx.bytes(*i)).sum();
             let db = if target.double_buffer { 2.0 } else { 1.0 };
-            for br in [16.0, 32.0, 64.0, 128.0] {
-                for bc in [32.0, 64.0, 128.0, 256.0] {
+            let (brs, bcs): (Vec<f64>, Vec<f64>) = match target.runtime_blocking {
+                Some([_, _, _, br, bc]) => ([4.0, 8.0, 16.0, 32.0, 64.0].into_iter().filter(|x| *x <= br as f64).collect(), vec![bc as f64]),
+                None => (vec![16.0, 32.0, 64.0, 128.0], vec![32.0, 64.0, 128.0, 256.0]),
+            };
+            for &br in &brs {
+                for &bc in &bcs {
                     let (br, bc) = (f64::min(br, sq.max(1.0)), f64::min(bc, sk.max(1.0)));
                     let qt = (sq / br).ceil().max(1.0);
                     // K and V of one (batch, head) are re-read for every query block.

@@ -38,6 +38,10 @@ pub struct Target {
     /// Work below this many elements runs on the calling thread without a launch (host runtime).
     #[serde(default)]
     pub inline_below_elems: u64,
+    /// The host runtime's blocking limits (matmul mc, nc, kc; flash query and key blocks): the
+    /// model prices the tilings DynamicTiling will really use. `None`: search freely.
+    #[serde(default)]
+    pub runtime_blocking: Option<[i64; 5]>,
     /// The FMA peak of the whole device, FLOP/us (for reports: achieved vs peak).
     #[serde(default)]
     pub fma_peak_flops_per_us: f64,
@@ -89,6 +93,7 @@ impl Target {
             vector_flops_per_us: 2_000.0 * cores as f64,
             transcendental_per_us: 200.0 * cores as f64,
             inline_below_elems: 1 << 14,
+            runtime_blocking: Some([64, 256, 256, 64, 128]),
             fma_peak_flops_per_us: 0.0,
             launch_us: 5.0,
             overlap: 0.5,
@@ -127,6 +132,7 @@ impl Target {
             // Assumed: exp/ln on the vector unit at 1/8 of the FMA rate.
             transcendental_per_us: 64.0 * 48.0 * 1650.0 / 8.0,
             inline_below_elems: 0,
+            runtime_blocking: None,
             fma_peak_flops_per_us: 8192.0 * 24.0 * 1650.0,
             launch_us: 5.0,
             overlap: 0.9,

@@ -129,7 +129,7 @@ fn seed_layer_plans_per_opt_level() {
         k5 [] a: copy
         k6 [elementwise_chain,linear_epilogue] x1: matmul add add
         k7 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
-        k8 [linear_epilogue] f: matmul add silu
+        k8 [elementwise_chain,linear_epilogue] f: matmul add silu
         k9 [linear_epilogue] out: matmul add add
     "#]]);
     check_plan(2, expect![[r#"
@@ -143,7 +143,7 @@ fn seed_layer_plans_per_opt_level() {
         k7 [] a: copy
         k8 [elementwise_chain,linear_epilogue] x1: matmul add add
         k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
-        k10 [linear_epilogue] f: matmul add silu
+        k10 [elementwise_chain,linear_epilogue] f: matmul add silu
         k11 [linear_epilogue] out: matmul add add
     "#]]);
 }

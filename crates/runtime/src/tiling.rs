@@ -1,5 +1,6 @@
 //! DynamicTiling: the blocking of every kernel chosen from the bound shape at run time, and
-//! cached per (module, dims) by the executor.
+//! cached per (module, dims) by the executor. The limits here are the host profile's
+//! `runtime_blocking` (`autofusion_compiler::target`), so the cost model prices these tilings.
 
 use autofusion_compiler::abi::{Work, TILING_FIELDS};
 
@@ -73,7 +74,7 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
         }
         Work::Flash { batch, sq, sk, d, dv } => {
             let (b, sq, sk, d, dv) = (eval(batch).max(0), eval(sq).max(0), eval(sk).max(1), eval(d).max(1), eval(dv).max(1));
-            let mut br = sq.clamp(1, 32);
+            let mut br = sq.clamp(1, 64);
             let bc = sk.clamp(1, 128);
             // Enough query blocks to keep every thread busy.
             while b * ((sq + br - 1) / br) < 2 * t && br > 4 {

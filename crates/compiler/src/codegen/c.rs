@@ -215,6 +215,9 @@ struct Emitter<'g> {
     buf: BTreeMap<NodeId, usize>,
     decls: String,
     n_access: usize,
+    /// The column stride of each access when it is a constant (0 broadcast, 1 contiguous):
+    /// emitted as a literal so the compiler sees unit-stride loops and vectorises them.
+    col_stride: BTreeMap<usize, i64>,
 }
 
 impl<'g> Emitter<'g> {
@@ -239,6 +242,10 @@ impl<'g> Emitter<'g> {
         let _ = writeln!(self.decls, "    const int64_t ac{a}_off = {};", self.dim(&view.offset));
         for (d, s) in strides.iter().enumerate() {
             let _ = writeln!(self.decls, "    const int64_t ac{a}_s{d} = {};", self.dim(s));
+        }
+        if let Some(k) = strides[rank - 1].as_const() {
+            self.col_stride.insert(a, k);
+            let _ = writeln!(self.decls, "    (void)ac{a}_s{}; /* the column stride is written as the literal {k} */", rank - 1);
         }
         sp.accesses.insert(v, a);
         a
@@ -274,7 +281,13 @@ impl<'g> Emitter<'g> {
         let rank = sp.shape.len();
         let b = self.buf[&resolve(self.g, v).base];
         let d = self.g.node(v).dtype;
-        load(d, &format!("in{b}"), &format!("ac{a}_row + ({col}) * ac{a}_s{}", rank - 1))
+        let idx = match self.col_stride.get(&a) {
+            Some(0) => format!("ac{a}_row"),
+            Some(1) => format!("ac{a}_row + ({col})"),
+            Some(k) => format!("ac{a}_row + ({col}) * {k}"),
+            None => format!("ac{a}_row + ({col}) * ac{a}_s{}", rank - 1),
+        };
+        load(d, &format!("in{b}"), &idx)
     }
 }
 
@@ -761,7 +774,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
         }
         let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
         let name = format!("k{k}_{first}");
-        let mut em = Emitter { g, buf, decls: String::new(), n_access: 0 };
+        let mut em = Emitter { g, buf, decls: String::new(), n_access: 0, col_stride: BTreeMap::new() };
         let mut body = String::new();
         let work = match grp.kind {
             GroupKind::Elementwise => gen_rows(&mut em, grp, &mut body),

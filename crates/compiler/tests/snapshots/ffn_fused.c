@@ -142,6 +142,7 @@ static void k0_h_rrms(void *const *bufs, const int64_t *dims, const af_tiling *t
     const int64_t ac0_off = 0;
     const int64_t ac0_s0 = ((int64_t)8);
     const int64_t ac0_s1 = ((int64_t)1);
+    (void)ac0_s1; /* the column stride is written as the literal 1 */
     const int64_t R = ((int64_t)1 * dims[0]), N = ((int64_t)8);
     const int64_t r0 = block * t->rows_per_block, r1 = af_min64(R, r0 + t->rows_per_block);
     for (int64_t r = r0; r < r1; ++r) {
@@ -155,14 +156,14 @@ static void k0_h_rrms(void *const *bufs, const int64_t *dims, const af_tiling *t
         for (; cb0 + 8 <= N; cb0 += 8) {
             for (int64_t l = 0; l < 8; ++l) {
                 const int64_t c = cb0 + l;
-                const float v5_h_sq = (in0[ac0_row + (c) * ac0_s1] * in0[ac0_row + (c) * ac0_s1]); /* h.sq */
+                const float v5_h_sq = (in0[ac0_row + (c)] * in0[ac0_row + (c)]); /* h.sq */
                 accv6[l] += v5_h_sq; /* h.ms */
             }
         }
         for (int64_t l = 0; cb0 + l < N; ++l) { /* tail */
             {
                 const int64_t c = cb0 + l;
-                const float v5_h_sq = (in0[ac0_row + (c) * ac0_s1] * in0[ac0_row + (c) * ac0_s1]); /* h.sq */
+                const float v5_h_sq = (in0[ac0_row + (c)] * in0[ac0_row + (c)]); /* h.sq */
                 accv6[l] += v5_h_sq; /* h.ms */
             }
         }
@@ -190,22 +191,27 @@ static void k1_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
     const int64_t ac0_off = 0;
     const int64_t ac0_s0 = ((int64_t)8);
     const int64_t ac0_s1 = ((int64_t)1);
+    (void)ac0_s1; /* the column stride is written as the literal 1 */
     /* access 1: %9 (h.rrms) in space a */
     const int64_t ac1_off = 0;
     const int64_t ac1_s0 = ((int64_t)1);
     const int64_t ac1_s1 = 0;
+    (void)ac1_s1; /* the column stride is written as the literal 0 */
     /* access 2: %1 (g) in space a */
     const int64_t ac2_off = 0;
     const int64_t ac2_s0 = 0;
     const int64_t ac2_s1 = ((int64_t)1);
+    (void)ac2_s1; /* the column stride is written as the literal 1 */
     /* access 3: %2 (w1) in space b */
     const int64_t ac3_off = 0;
     const int64_t ac3_s0 = ((int64_t)16);
     const int64_t ac3_s1 = ((int64_t)1);
+    (void)ac3_s1; /* the column stride is written as the literal 1 */
     /* access 4: %3 (b1) in space o */
     const int64_t ac4_off = 0;
     const int64_t ac4_s0 = 0;
     const int64_t ac4_s1 = ((int64_t)1);
+    (void)ac4_s1; /* the column stride is written as the literal 1 */
     const int64_t hoff = 0;
     const int64_t BATCH = ((int64_t)1), M = ((int64_t)1 * dims[0]), N = ((int64_t)16), K = ((int64_t)8);
     const int64_t MC = t->mc, NC = t->nc, KC = t->kc;
@@ -228,8 +234,8 @@ static void k1_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
                 const int64_t ac1_row = ac1_off + a_i0 * ac1_s0;
                 for (int64_t k = 0; k < klen; ++k) {
                     const int64_t c = k0 + k;
-                    const float v10_h_normed = (in0[ac0_row + (c) * ac0_s1] * in4[ac1_row + (c) * ac1_s1]); /* h.normed */
-                    const float v11_h = (v10_h_normed * in1[ac2_row + (c) * ac2_s1]); /* h */
+                    const float v10_h_normed = (in0[ac0_row + (c)] * in4[ac1_row]); /* h.normed */
+                    const float v11_h = (v10_h_normed * in1[ac2_row + (c)]); /* h */
                     Ap[m * KC + k] = v11_h;
                 }
             }
@@ -239,7 +245,7 @@ static void k1_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
                 (void)b_rem;
                 (void)b_i0;
                 const int64_t ac3_row = ac3_off + b_i0 * ac3_s0;
-                for (int64_t n = 0; n < nlen; ++n) Bp[k * NC + n] = in2[ac3_row + (n0 + n) * ac3_s1];
+                for (int64_t n = 0; n < nlen; ++n) Bp[k * NC + n] = in2[ac3_row + (n0 + n)];
             }
             af_gemm_tile(Ap, Bp, Cc, mlen, nlen, klen, KC, NC);
         }
@@ -253,7 +259,7 @@ static void k1_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
             for (int64_t n = 0; n < nlen; ++n) {
                 const int64_t c = n0 + n;
                 const float v12_out_mm = Cc[m * NC + n]; /* out.mm */
-                const float v13_out = (v12_out_mm + in3[ac4_row + (c) * ac4_s1]); /* out */
+                const float v13_out = (v12_out_mm + in3[ac4_row + (c)]); /* out */
                 out5[orow + c] = v13_out;
             }
         }
@@ -274,14 +280,17 @@ static void k2_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
     const int64_t ac0_off = 0;
     const int64_t ac0_s0 = ((int64_t)16);
     const int64_t ac0_s1 = ((int64_t)1);
+    (void)ac0_s1; /* the column stride is written as the literal 1 */
     /* access 1: %4 (w2) in space b */
     const int64_t ac1_off = 0;
     const int64_t ac1_s0 = ((int64_t)8);
     const int64_t ac1_s1 = ((int64_t)1);
+    (void)ac1_s1; /* the column stride is written as the literal 1 */
     /* access 2: %0 (x) in space o */
     const int64_t ac2_off = 0;
     const int64_t ac2_s0 = ((int64_t)8);
     const int64_t ac2_s1 = ((int64_t)1);
+    (void)ac2_s1; /* the column stride is written as the literal 1 */
     const int64_t hoff = 0;
     const int64_t BATCH = ((int64_t)1), M = ((int64_t)1 * dims[0]), N = ((int64_t)8), K = ((int64_t)16);
     const int64_t MC = t->mc, NC = t->nc, KC = t->kc;
@@ -302,7 +311,7 @@ static void k2_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
                 const int64_t ac0_row = ac0_off + a_i0 * ac0_s0;
                 for (int64_t k = 0; k < klen; ++k) {
                     const int64_t c = k0 + k;
-                    const float v14_out = af_silu(in2[ac0_row + (c) * ac0_s1]); /* out */
+                    const float v14_out = af_silu(in2[ac0_row + (c)]); /* out */
                     Ap[m * KC + k] = v14_out;
                 }
             }
@@ -312,7 +321,7 @@ static void k2_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
                 (void)b_rem;
                 (void)b_i0;
                 const int64_t ac1_row = ac1_off + b_i0 * ac1_s0;
-                for (int64_t n = 0; n < nlen; ++n) Bp[k * NC + n] = in1[ac1_row + (n0 + n) * ac1_s1];
+                for (int64_t n = 0; n < nlen; ++n) Bp[k * NC + n] = in1[ac1_row + (n0 + n)];
             }
             af_gemm_tile(Ap, Bp, Cc, mlen, nlen, klen, KC, NC);
         }
@@ -326,7 +335,7 @@ static void k2_out(void *const *bufs, const int64_t *dims, const af_tiling *t, i
             for (int64_t n = 0; n < nlen; ++n) {
                 const int64_t c = n0 + n;
                 const float v15_out = Cc[m * NC + n]; /* out */
-                const float v16_out = (in0[ac2_row + (c) * ac2_s1] + v15_out); /* out */
+                const float v16_out = (in0[ac2_row + (c)] + v15_out); /* out */
                 out3[orow + c] = v16_out;
             }
         }
