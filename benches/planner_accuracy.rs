@@ -22,7 +22,7 @@ use std::path::PathBuf;
 mod common;
 
 fn target() -> Target {
-    let cached = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/autofusion/host-profile-v5.json");
+    let cached = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join(autofusion_compiler::target::HOST_PROFILE_CACHE);
     match std::fs::read_to_string(&cached).ok().and_then(|t| serde_json::from_str(&t).ok()) {
         Some(t) => t,
         None => {

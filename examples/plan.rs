@@ -29,7 +29,7 @@ fn main() {
             std::process::exit(2)
         })
     } else if tname == "host" {
-        let cached = concat!(env!("CARGO_MANIFEST_DIR"), "/target/autofusion/host-profile-v5.json");
+        let cached = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join(autofusion_compiler::target::HOST_PROFILE_CACHE);
         std::fs::read_to_string(cached).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_else(Target::host)
     } else {
         Target::named(&tname).unwrap_or_else(|| {

@@ -90,7 +90,7 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
             }
         }
         // Fusion must actually happen at opt_level >= 1 and never at 0.
-        let ops = common::kernel_ops(&g);
+        let ops = autofusion_compiler::report::kernel_ops(&g);
         assert_eq!(kernel_counts[0].1, ops, "{name}: opt_level 0 runs one kernel per op");
         assert!(kernel_counts[1].1 < ops, "{name}: opt_level 1 fuses something: {kernel_counts:?}");
         assert!(kernel_counts[2].1 <= kernel_counts[1].1, "{name}: opt_level 2 fuses at least as much as 1: {kernel_counts:?}");

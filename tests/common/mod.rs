@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use autofusion::{tolerance, Module, Tensor};
-use autofusion_compiler::ir::{Graph, Op};
+use autofusion_compiler::ir::Graph;
 
 /// Random inputs for every parameter of `g` with the dynamic dims bound to `dims` (in
 /// `g.dyn_dims` order). Norm gains are 1 + N(0, 0.1); weights (rank >= 2 from the second
@@ -57,9 +57,4 @@ pub fn check_module(what: &str, m: &Module, values: &[i64]) {
         let got = m.run(&refs).unwrap();
         assert_close(&format!("{what} at {:?} = {s}", g.dyn_dims), &got, &want);
     }
-}
-
-/// Number of ops that run as kernels.
-pub fn kernel_ops(g: &Graph) -> usize {
-    g.nodes.iter().filter(|n| !matches!(n.op, Op::Param { .. } | Op::Const { .. }) && !n.op.is_view()).count()
 }

@@ -1,4 +1,4 @@
-//! The host profile: measured once per target directory (`host-profile-v5.json`) by a short calibration program
+//! The host profile: measured once per target directory (`target::HOST_PROFILE_CACHE`) by a short calibration program
 //! (`calib.c`, compiled with the same compiler and flags as the kernels), or pinned with
 //! `AUTOFUSION_PROFILE=<file.json | host | ascend910b>` for reproducible builds.
 
@@ -11,7 +11,7 @@ const CALIB_C: &str = include_str!("calib.c");
 /// `<target dir>/autofusion/host-profile.json`, from `OUT_DIR` = `<target>/<profile>/build/<pkg>/out`.
 fn cache_path(out_dir: &Path) -> PathBuf {
     let base = out_dir.ancestors().nth(4).unwrap_or(out_dir);
-    base.join("autofusion").join("host-profile-v5.json")
+    base.join(autofusion_compiler::target::HOST_PROFILE_CACHE)
 }
 
 /// The profile to plan with, and a line saying where it came from.

@@ -984,9 +984,6 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
             }
         }
     }
-    // Index the param nodes by signature position (skipped params shift nothing).
-    let n_sig = f.sig.inputs.len();
-    let param_diag_free = lw.diags.is_empty();
     let mut outputs = Vec::new();
     let mut tuple_return = false;
     let mut declared: Vec<(DType, Shape, Span)> = Vec::new();
@@ -1082,7 +1079,6 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
     if !lw.diags.is_empty() {
         return Err(lw.diags);
     }
-    debug_assert!(param_diag_free && params.len() == n_sig);
     let outs_sig = outputs.iter().map(|o| (lw.nodes[o.idx()].dtype, lw.nodes[o.idx()].shape.clone())).collect();
     let graph = Graph {
         name: f.sig.ident.to_string(),

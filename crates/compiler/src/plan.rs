@@ -1079,8 +1079,7 @@ pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64
     }
     let groups = finalize(&p);
     let mut total_us: f64 = groups.iter().filter_map(|g| g.cost.as_ref()).map(|c| c.time_us).sum();
-    let mut launches_saved = p.groups.iter().flatten().count() as i64;
-    launches_saved = (g.ids().filter(|id| is_member_op(&g.node(*id).op)).count() as i64) - launches_saved;
+    let mut launches_saved = unfused.len() as i64 - groups.len() as i64;
     // The pipeline: one launch for the whole graph (SuperKernel style). A kernel waits only for
     // the kernels it reads from; each wait is modelled as a quarter of a launch.
     let mut pipeline = false;

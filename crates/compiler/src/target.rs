@@ -13,6 +13,10 @@ pub struct Memory {
     pub bytes: u64,
 }
 
+/// Where `autofusion-build` caches the calibrated host profile, relative to cargo's target
+/// directory (versioned with the profile's fields).
+pub const HOST_PROFILE_CACHE: &str = "autofusion/host-profile-v5.json";
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     pub name: String,

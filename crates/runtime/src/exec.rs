@@ -9,7 +9,7 @@ use crate::tensor::Tensor;
 use crate::tiling::{choose, Tiling};
 use autofusion_compiler::abi::ABI_VERSION;
 use autofusion_compiler::dim::shape_str;
-use autofusion_compiler::ir::{Graph, NodeId, Op};
+use autofusion_compiler::ir::{Graph, NodeId};
 use autofusion_compiler::ModuleMeta;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -411,6 +411,6 @@ impl Module {
 
     /// Number of ops that run as kernels in the unfused graph.
     pub fn op_count(&self) -> usize {
-        self.meta.graph.nodes.iter().filter(|n| !matches!(n.op, Op::Param { .. } | Op::Const { .. }) && !n.op.is_view()).count()
+        autofusion_compiler::report::kernel_ops(&self.meta.graph)
     }
 }
