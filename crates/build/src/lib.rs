@@ -263,6 +263,9 @@ impl Builder {
             }
             let mut b = cc::Build::new();
             b.files(srcs).warnings(false).flag_if_supported("-std=c11");
+            if self.options.out_dir.is_some() {
+                b.out_dir(&out_dir); // outside a build script cc has no OUT_DIR of its own
+            }
             if debug {
                 b.opt_level(0).debug(true);
             } else {

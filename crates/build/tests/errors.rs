@@ -66,3 +66,40 @@ fn compile_exits_with_status_1() {
     assert!(stderr.contains("error: unknown variable `hiden`"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+const GOOD: &str = "#[fused_graph(dims(D = 4))]\nfn verbose_graph(x: Tensor<f32, {[S, D]}>) -> Tensor<f32, {[S, D]}> { silu(x) + x }\n";
+
+/// Re-entered by `verbose_prints_the_summary_as_cargo_warnings` in a child process.
+#[test]
+fn child_compile_verbose() {
+    if std::env::var("AUTOFUSION_BUILD_TEST_VERBOSE").is_err() {
+        return;
+    }
+    let f = fixture("verbose_graph", GOOD);
+    let out = autofusion_build::Builder::new().file(&f).out_dir(f.parent().unwrap()).try_compile("verbose_test").unwrap();
+    assert_eq!(out.graphs.len(), 1);
+}
+
+#[test]
+fn verbose_prints_the_summary_as_cargo_warnings() {
+    // cc reads what cargo gives a build script; give the child the same.
+    let vv = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into())).arg("-vV").output().unwrap();
+    let vv = String::from_utf8_lossy(&vv.stdout);
+    let host = vv.lines().find_map(|l| l.strip_prefix("host: ")).unwrap().to_string();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_compile_verbose", "--nocapture", "--test-threads=1"])
+        .env("AUTOFUSION_BUILD_TEST_VERBOSE", "1")
+        .env("AUTOFUSION_VERBOSE", "1")
+        .env("AUTOFUSION_PROFILE", "host")
+        .env("TARGET", &host)
+        .env("HOST", &host)
+        .env("OPT_LEVEL", "0")
+        .env("DEBUG", "false")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("cargo:warning=[INFO] Graph `verbose_graph`: found 2 operators"), "{stdout}");
+    assert!(stdout.contains("cargo:warning=[INFO] Fused 2 operators into 1 kernels"), "{stdout}");
+    assert!(stdout.contains("cargo:rustc-env=AUTOFUSION_GRAPH_VERBOSE_GRAPH="), "{stdout}");
+}
