@@ -1,7 +1,7 @@
 /* Host calibration for the autofusion cost model. Prints one JSON object:
- *   threads, triad bandwidth (B/us, all threads), FMA peak per core (FLOP/us, AVX2+FMA when
- *   the CPU has it, else SSE), the GEMM-tile rate per core (FLOP/us) of the same inner kernel
- *   the generated code uses, an elementwise rate per core (FLOP/us), and the cost of one
+ *   threads, triad bandwidth (B/us, all threads), FMA peak per core (FLOP/us, with the widest
+ *   of AVX-512F, AVX2+FMA, SSE the CPU has), the GEMM rate per core (FLOP/us) of the same
+ *   micro-kernel the generated code picks on this CPU, the rate of its vectorisable exp, an elementwise rate per core (FLOP/us), and the cost of one
  *   fork/join of all threads (us). Short: about a second in all. */
 /* (calibrate.rs defines _POSIX_C_SOURCE and prepends the code generator's prelude) */
 #include <pthread.h>
@@ -23,6 +23,20 @@ static volatile float sink;
 /* ---- FMA peak: 8 independent vector accumulators ---- */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+__attribute__((target("avx512f"))) static double fma_avx512(long iters) {
+    __m512 a[12], b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
+    double t0 = now_us();
+    for (long n = 0; n < iters; n++)
+        for (int i = 0; i < 12; i++) a[i] = _mm512_fmadd_ps(a[i], b, c);
+    double t = now_us() - t0;
+    __m512 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
+    float out[16];
+    _mm512_storeu_ps(out, s);
+    sink = out[0];
+    return (double)iters * 12 * 16 * 2 / t;
+}
 __attribute__((target("avx2,fma"))) static double fma_avx2(long iters) {
     __m256 a[8], b = _mm256_set1_ps(1.0000001f), c = _mm256_set1_ps(1e-7f);
     for (int i = 0; i < 8; i++) a[i] = _mm256_set1_ps((float)i);
@@ -48,40 +62,46 @@ static double fma_sse(long iters) {
     return (double)iters * 32 * 2 / t;
 }
 
-/* ---- the generated code's GEMM inner kernel (af_gemm_tile from the code generator's
- * prelude, prepended to this file), on cache-resident panels ---- */
+/* ---- the generated code's matmul micro-kernel (af_isa() from the code generator's prelude,
+ * prepended to this file) over cache-resident packed panels, as the template runs it ---- */
 static double gemm_rate(void) {
-    enum { MC = 64, NC = 256, KC = 128 };
+    const af_isa_info isa = af_isa();
+    enum { MC = 64, NC = 256, KC = 256 };
     float *A = calloc(MC * KC, 4), *B = calloc(KC * NC, 4), *C = calloc(MC * NC, 4);
     for (int i = 0; i < MC * KC; i++) A[i] = 1e-3f * (i % 7);
     for (int i = 0; i < KC * NC; i++) B[i] = 1e-3f * (i % 5);
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = now_us();
-        for (int it = 0; it < 20; it++) af_gemm_tile(A, B, C, MC, NC, KC, KC, NC);
-        double t = now_us() - t0, r = 20.0 * 2 * MC * NC * KC / t;
+        for (int it = 0; it < 20; it++)
+            for (int64_t jr = 0; jr < NC; jr += isa.nr)
+                for (int64_t ir = 0; ir + isa.mr <= MC; ir += isa.mr)
+                    isa.uk(KC, A + ir * KC, B + jr * KC, C + ir * NC + jr, NC, isa.mr, isa.nr, 1);
+        double t = now_us() - t0, r = 20.0 * 2 * (MC / isa.mr * isa.mr) * NC * KC / t;
         if (r > best) best = r;
     }
     sink = C[7];
     free(A), free(B), free(C);
     return best;
 }
-static double exp_rate(void) {
+AF_CLONES static double exp_rate(void) {
     enum { N = 4096 };
     static float x[N], y[N];
     for (int i = 0; i < N; i++) x[i] = -4.0f + 8e-3f * (i % 1000);
     double best = 0;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = now_us();
-        for (int it = 0; it < 20; it++)
-            for (int i = 0; i < N; i++) y[i] = expf(x[i] + y[i] * 1e-9f);
+        for (int it = 0; it < 20; it++) {
+            for (int i = 0; i < N; i++) y[i] = af_expf(x[i] + (float)it * 1e-9f);
+            sink = y[it & (N - 1)];
+        }
         double t = now_us() - t0, r = 20.0 * N / t;
         if (r > best) best = r;
     }
     sink = y[9];
     return best;
 }
-static double vector_rate(void) {
+AF_CLONES static double vector_rate(void) {
     enum { N = 4096 };
     static float x[N], y[N];
     for (int i = 0; i < N; i++) x[i] = 1e-3f * i;
@@ -160,6 +180,10 @@ int main(int argc, char **argv) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         fma = fma_avx2(iters);
         isa = "avx2+fma";
+    }
+    if (__builtin_cpu_supports("avx512f")) {
+        fma = fma_avx512(iters);
+        isa = "avx512f";
     }
 #endif
     double gemm = gemm_rate(), vec = vector_rate(), ex = exp_rate();

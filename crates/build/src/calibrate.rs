@@ -57,7 +57,8 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     let compiler = cc::Build::new().opt_level(3).cargo_metadata(false).try_get_compiler().map_err(|e| e.to_string())?;
     let out = compiler
         .to_command()
-        .args(["-std=c11", "-fno-math-errno", "-o"])
+        .args(autofusion_compiler::codegen::c::CFLAGS)
+        .arg("-o")
         .arg(&exe)
         .arg(&src)
         .args(["-lpthread", "-lm"])

@@ -262,7 +262,10 @@ impl Builder {
                 continue;
             }
             let mut b = cc::Build::new();
-            b.files(srcs).warnings(false).flag_if_supported("-std=c11");
+            b.files(srcs).warnings(false);
+            for f in autofusion_compiler::codegen::c::CFLAGS {
+                b.flag_if_supported(f);
+            }
             if self.options.out_dir.is_some() {
                 b.out_dir(&out_dir); // outside a build script cc has no OUT_DIR of its own
             }
@@ -271,7 +274,6 @@ impl Builder {
             } else {
                 b.opt_level(3);
             }
-            b.flag_if_supported("-fno-math-errno");
             if let Some(h) = &self.hook {
                 h(&mut b);
             }

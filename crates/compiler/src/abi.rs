@@ -13,6 +13,11 @@ use serde::{Deserialize, Serialize};
 /// Bumped whenever the layout of `af_tiling`, `af_module` or the kernel signature changes.
 pub const ABI_VERSION: u32 = 1;
 
+/// Largest micro-kernel tile of the host matmul template (rows of A, columns of B per sliver);
+/// the prelude's `AF_MR_MAX` / `AF_NR_MAX`.
+pub const MR_MAX: i64 = 8;
+pub const NR_MAX: i64 = 32;
+
 /// `af_tiling` fields, all `int64_t`, in order.
 pub const TILING_FIELDS: [&str; 8] = ["block_num", "rows_per_block", "mc", "nc", "kc", "units", "reserved0", "reserved1"];
 

@@ -44,7 +44,8 @@ pub fn load_built(built: &autofusion_compiler::Built, symbol: &str, dir: &Path, 
     std::fs::write(&c, &built.c.code).map_err(|e| err(format!("cannot write {}: {e}", c.display())))?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
-        .args(["-std=c11", "-O2", "-fPIC", "-shared", "-fno-math-errno", "-Wall", "-Werror"])
+        .args(autofusion_compiler::codegen::c::CFLAGS)
+        .args(["-O3", "-fPIC", "-shared", "-Wall", "-Werror"])
         .args(flags)
         .arg("-o")
         .arg(&so)

@@ -15,10 +15,16 @@ use crate::plan::{describe, iter_shape, space_of, Group, GroupKind, Plan};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+/// Flags every compile of generated C uses (build script, JIT, calibration): C11; no errno
+/// from libm; and no trapping math, so that the branch-free selects of `af_expf`, `af_fmax`
+/// and the clamps if-convert and vectorise (the kernels never read the FP exception flags).
+pub const CFLAGS: &[&str] = &["-std=c11", "-fno-math-errno", "-fno-trapping-math"];
+
 /// Helpers every generated file starts with (also compiled into the host calibration, so the
 /// calibration measures the very GEMM tile the kernels use).
 pub const PRELUDE: &str = r#"#include <stdint.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 
@@ -76,8 +82,36 @@ static inline uint16_t af_f2bf(float x) {
 }
 static inline float af_round_f16(float x) { return af_h2f(af_f2h(x)); }
 static inline float af_round_bf16(float x) { return af_bf2f(af_f2bf(x)); }
-static inline float af_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float af_silu(float x) { return x / (1.0f + expf(-x)); }
+/* exp(x) without a library call, branch-free so loops over it vectorise: x = n ln2 + r with
+ * |r| <= ln2/2, exp(r) by a degree-6 polynomial (Cephes expf coefficients, about 1 ulp),
+ * 2^n assembled in the exponent bits. Underflows to 0 below -87.3, overflows to +inf above
+ * 88.7, propagates NaN. */
+static inline float af_expf(float x) {
+    float xc = x > 88.7228391116729996f ? 88.7228391116729996f : x;
+    xc = xc < -87.3365447505531f ? -87.3365447505531f : xc;
+    xc = (x == x) ? xc : 0.0f;
+    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    /* 2^n as 2^h * 2^(n-h): both factors stay normal for n in [-126, 128]. */
+    const int32_t ni = (int32_t)n, h = ni / 2;
+    const uint32_t b1 = (uint32_t)(h + 127) << 23, b2 = (uint32_t)(ni - h + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &b1, 4);
+    memcpy(&s2, &b2, 4);
+    float y = p * s1 * s2;
+    y = x > 88.7228391116729996f ? INFINITY : y;
+    y = x < -87.3365447505531f ? 0.0f : y;
+    return (x == x) ? y : x;
+}
+static inline float af_sigmoid(float x) { return 1.0f / (1.0f + af_expf(-x)); }
+static inline float af_silu(float x) { return x / (1.0f + af_expf(-x)); }
 static inline float af_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 static inline float af_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
@@ -118,6 +152,157 @@ static inline void af_gemm_tile(const float *restrict A, const float *restrict B
         }
     }
 }
+
+/* Row helpers of the online softmax: the max of x[0..n) and m0 (NaN skipped), and
+ * x[j] = exp(x[j] - m) returning the sum. Eight partial results make the reductions
+ * independent chains the compiler vectorises. */
+static inline float af_vmax(const float *restrict x, int64_t n, float m0) {
+    float p[8] = {m0, m0, m0, m0, m0, m0, m0, m0};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; ++l) p[l] = x[j + l] > p[l] ? x[j + l] : p[l];
+    for (; j < n; ++j) p[0] = x[j] > p[0] ? x[j] : p[0];
+    for (int l = 1; l < 8; ++l) p[0] = p[l] > p[0] ? p[l] : p[0];
+    return p[0];
+}
+static inline float af_vexp_sum(float *restrict x, int64_t n, float m) {
+    for (int64_t j = 0; j < n; ++j) x[j] = af_expf(x[j] - m);
+    float p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; ++l) p[l] += x[j + l];
+    for (; j < n; ++j) p[0] += x[j];
+    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+/* Every kernel is compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2+FMA) and the baseline,
+ * and the loader picks the widest this CPU runs (GCC function multi-versioning), so the
+ * elementwise and reduction loops vectorise at the machine's width without -march. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && !defined(AF_NO_CLONES)
+#define AF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define AF_CLONES
+#endif
+
+/* ---- Matmul micro-kernels: C[mr x nr] (=|+=) A-sliver x B-sliver over kc. A is packed in
+ * slivers of MR rows (k-major: A[k * MR + i]), B in slivers of NR columns (B[k * NR + j]),
+ * both zero-padded, so a kernel always computes a full MR x NR tile in registers and only
+ * the store honours mr x nr. One kernel per ISA, chosen once at run time from CPUID
+ * (AUTOFUSION_ISA=portable|avx2|avx512 forces one the CPU has). ---- */
+typedef void (*af_uk_fn)(int64_t kc, const float *restrict A, const float *restrict B, float *restrict C,
+                         int64_t ldc, int64_t mr, int64_t nr, int acc);
+typedef struct af_isa_info { af_uk_fn uk; int64_t mr, nr; const char *name; } af_isa_info;
+#define AF_MR_MAX 8
+#define AF_NR_MAX 32
+
+__attribute__((unused)) static void af_uk_portable(int64_t kc, const float *restrict A, const float *restrict B,
+                                                   float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc) {
+    float c[4][16];
+    memset(c, 0, sizeof c);
+    for (int64_t k = 0; k < kc; ++k) {
+        const float *restrict a = A + k * 4, *restrict b = B + k * 16;
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 16; ++j) c[i][j] += a[i] * b[j];
+    }
+    for (int64_t i = 0; i < mr; ++i)
+        for (int64_t j = 0; j < nr; ++j) C[i * ldc + j] = acc ? C[i * ldc + j] + c[i][j] : c[i][j];
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define AF_HAVE_X86 1
+/* AVX2 + FMA: 6 x 16 tile, 12 ymm accumulators. */
+__attribute__((target("avx2,fma"), unused)) static void af_uk_avx2(int64_t kc, const float *restrict A, const float *restrict B,
+                                                                   float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int64_t k = 0; k < kc; ++k) {
+        const __m256 b0 = _mm256_loadu_ps(B + k * 16), b1 = _mm256_loadu_ps(B + k * 16 + 8);
+        const float *a = A + k * 6;
+        __m256 x;
+        x = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);
+        x = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);
+        x = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);
+        x = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);
+        x = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);
+        x = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);
+    }
+    const __m256 rows[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    if (nr == 16) {
+        for (int64_t i = 0; i < mr; ++i) {
+            float *c = C + i * ldc;
+            __m256 r0 = rows[i][0], r1 = rows[i][1];
+            if (acc) { r0 = _mm256_add_ps(r0, _mm256_loadu_ps(c)); r1 = _mm256_add_ps(r1, _mm256_loadu_ps(c + 8)); }
+            _mm256_storeu_ps(c, r0);
+            _mm256_storeu_ps(c + 8, r1);
+        }
+    } else {
+        float t[16];
+        for (int64_t i = 0; i < mr; ++i) {
+            _mm256_storeu_ps(t, rows[i][0]);
+            _mm256_storeu_ps(t + 8, rows[i][1]);
+            for (int64_t j = 0; j < nr; ++j) C[i * ldc + j] = acc ? C[i * ldc + j] + t[j] : t[j];
+        }
+    }
+}
+/* AVX-512F: 8 x 32 tile, 16 zmm accumulators; tails stored under a lane mask. */
+#define AF_UK512_ROW(i) \
+    x = _mm512_set1_ps(a[i]); c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);
+__attribute__((target("avx512f"), unused)) static void af_uk_avx512(int64_t kc, const float *restrict A, const float *restrict B,
+                                                                    float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    for (int64_t k = 0; k < kc; ++k) {
+        const __m512 b0 = _mm512_loadu_ps(B + k * 32), b1 = _mm512_loadu_ps(B + k * 32 + 16);
+        const float *a = A + k * 8;
+        __m512 x;
+        AF_UK512_ROW(0) AF_UK512_ROW(1) AF_UK512_ROW(2) AF_UK512_ROW(3)
+        AF_UK512_ROW(4) AF_UK512_ROW(5) AF_UK512_ROW(6) AF_UK512_ROW(7)
+    }
+    const __m512 rows[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+    const __mmask16 k0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+    const __mmask16 k1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+    for (int64_t i = 0; i < mr; ++i) {
+        float *c = C + i * ldc;
+        __m512 r0 = rows[i][0], r1 = rows[i][1];
+        if (acc) {
+            r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(k0, c));
+            r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(k1, c + 16));
+        }
+        _mm512_mask_storeu_ps(c, k0, r0);
+        _mm512_mask_storeu_ps(c + 16, k1, r1);
+    }
+}
+#undef AF_UK512_ROW
+#endif
+
+/* The micro-kernel for this CPU, chosen once (a benign, atomic first-use race). */
+__attribute__((unused)) static af_isa_info af_isa(void) {
+    static const af_isa_info portable = {af_uk_portable, 4, 16, "portable"};
+#ifdef AF_HAVE_X86
+    static const af_isa_info avx2 = {af_uk_avx2, 6, 16, "avx2"}, avx512 = {af_uk_avx512, 8, 32, "avx512"};
+#endif
+    static int chosen = -1;
+    int c = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
+    if (c < 0) {
+        c = 0;
+#ifdef AF_HAVE_X86
+        __builtin_cpu_init();
+        const int has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        const int has512 = __builtin_cpu_supports("avx512f");
+        c = has512 ? 2 : has2 ? 1 : 0;
+        const char *want = getenv("AUTOFUSION_ISA");
+        if (want && strcmp(want, "portable") == 0) c = 0;
+        if (want && strcmp(want, "avx2") == 0 && has2) c = 1;
+#endif
+        __atomic_store_n(&chosen, c, __ATOMIC_RELAXED);
+    }
+#ifdef AF_HAVE_X86
+    if (c == 2) return avx512;
+    if (c == 1) return avx2;
+#endif
+    return portable;
+}
 "#;
 
 /// Generated C for one graph variant, with the metadata the runtime needs.
@@ -152,7 +337,7 @@ pub fn c_float(v: f64) -> String {
 fn unary_c(u: UnaryOp, x: &str) -> String {
     match u {
         UnaryOp::Neg => format!("(-{x})"),
-        UnaryOp::Exp => format!("expf({x})"),
+        UnaryOp::Exp => format!("af_expf({x})"),
         UnaryOp::Log => format!("logf({x})"),
         UnaryOp::Sqrt => format!("sqrtf({x})"),
         UnaryOp::Rsqrt => format!("(1.0f / sqrtf({x}))"),
@@ -275,6 +460,18 @@ impl<'g> Emitter<'g> {
             let _ = writeln!(s, "{indent}const int64_t ac{a}_row = {};", terms.join(" + "));
         }
         s
+    }
+    /// `read` at row `r0 + inner` of the space, where the row prologue was emitted for row
+    /// `r0` and `inner` only moves the second-to-last index (the row within one matrix).
+    fn read_inner(&self, sp: &Space, v: NodeId, inner: &str, col: &str) -> String {
+        let a = sp.accesses[&v];
+        let rank = sp.shape.len();
+        self.read(sp, v, col).replace(&format!("ac{a}_row"), &format!("(ac{a}_row + ({inner}) * ac{a}_s{})", rank - 2))
+    }
+    /// Whether reading `v` along a row is not unit-stride (a transposed view): packing then
+    /// walks the columns in the outer loop so the reads run along memory.
+    fn strided_cols(&self, sp: &Space, v: NodeId) -> bool {
+        self.col_stride.get(&sp.accesses[&v]) != Some(&1)
     }
     fn read(&self, sp: &Space, v: NodeId, col: &str) -> String {
         let a = sp.accesses[&v];
@@ -569,34 +766,68 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     let (m_e, n_e, k_e) = (em.dim(&out_shape[r - 2]), em.dim(&out_shape[r - 1]), em.dim(&k_dim));
     let _ = writeln!(body, "    const int64_t BATCH = {bt}, M = {m_e}, N = {n_e}, K = {k_e};");
     let _ = writeln!(body, "    const int64_t MC = t->mc, NC = t->nc, KC = t->kc;");
-    let _ = writeln!(body, "    float *Ap = scratch, *Bp = scratch + MC * KC, *Cc = scratch + MC * KC + KC * NC;");
+    let _ = writeln!(body, "    const af_isa_info isa = af_isa();");
+    let _ = writeln!(body, "    const int64_t MR = isa.mr, NR = isa.nr;");
+    let _ = writeln!(body, "    float *Ap = scratch, *Ar = Ap + (MC + AF_MR_MAX) * KC, *Bs = Ar + KC, *Cc = Bs + KC * AF_NR_MAX;");
+    let _ = writeln!(body, "    (void)Ar;");
     let _ = writeln!(body, "    const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
     let _ = writeln!(body, "    const int64_t ub = block * t->rows_per_block - hoff, u0 = ub < 0 ? 0 : ub, u1 = af_min64(units, ub + t->rows_per_block);");
     let _ = writeln!(body, "    for (int64_t u = u0; u < u1; ++u) {{");
     let _ = writeln!(body, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
     let _ = writeln!(body, "        const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);");
-    let _ = writeln!(body, "        memset(Cc, 0, sizeof(float) * (size_t)(mlen * NC));");
+    let _ = writeln!(body, "        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * NC));");
     let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < K; k0 += KC) {{");
     let _ = writeln!(body, "            const int64_t klen = af_min64(KC, K - k0);");
-    // Pack A, applying the prologue.
+    // Pack A in slivers of MR rows, applying the prologue once per row of the block.
     let _ = writeln!(body, "            for (int64_t m = 0; m < mlen; ++m) {{ /* pack A{} */", if prologue.is_empty() { "" } else { " with the prologue" });
     body.push_str(&em.row_prologue(&spa, "bi * M + m0 + m", "                "));
-    let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
-    let _ = writeln!(body, "                    const int64_t c = k0 + k;");
-    for &m in grp_nodes.iter().filter(|m| prologue.contains(m)) {
-        let n = g.node(m);
-        let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &spa, &members, &|x| Some(em.var(x)), *i, "c")).collect();
-        let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &spa, m, &ops, "c"), n.name);
-    }
+    let _ = writeln!(body, "                float *ap = Ap + (m / MR) * MR * klen + m % MR;");
     let a_val = operand(em, &spa, &members, &|x| Some(em.var(x)), a_in, "c");
-    let _ = writeln!(body, "                    Ap[m * KC + k] = {a_val};");
-    let _ = writeln!(body, "                }}\n            }}");
-    let _ = writeln!(body, "            for (int64_t k = 0; k < klen; ++k) {{ /* pack B */");
-    body.push_str(&em.row_prologue(&spb, "bi * K + k0 + k", "                "));
-    let b_val = em.read(&spb, b_in, "n0 + n");
-    let _ = writeln!(body, "                for (int64_t n = 0; n < nlen; ++n) Bp[k * NC + n] = {b_val};");
+    if prologue.is_empty() {
+        let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
+        let _ = writeln!(body, "                    const int64_t c = k0 + k;");
+        let _ = writeln!(body, "                    ap[k * MR] = {a_val};");
+        let _ = writeln!(body, "                }}");
+    } else {
+        // Compute the row contiguously (so it vectorises), then scatter it into the sliver.
+        let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
+        let _ = writeln!(body, "                    const int64_t c = k0 + k;");
+        for &m in grp_nodes.iter().filter(|m| prologue.contains(m)) {
+            let n = g.node(m);
+            let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &spa, &members, &|x| Some(em.var(x)), *i, "c")).collect();
+            let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &spa, m, &ops, "c"), n.name);
+        }
+        let _ = writeln!(body, "                    Ar[k] = {a_val};");
+        let _ = writeln!(body, "                }}");
+        let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) ap[k * MR] = Ar[k];");
+    }
     let _ = writeln!(body, "            }}");
-    let _ = writeln!(body, "            af_gemm_tile(Ap, Bp, Cc, mlen, nlen, klen, KC, NC);");
+    let _ = writeln!(body, "            for (int64_t m = mlen; m % MR; ++m) {{ /* zero rows pad the last sliver */");
+    let _ = writeln!(body, "                float *ap = Ap + (m / MR) * MR * klen + m % MR;");
+    let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) ap[k * MR] = 0.0f;");
+    let _ = writeln!(body, "            }}");
+    let _ = writeln!(body, "            for (int64_t jr = 0; jr < nlen; jr += NR) {{");
+    let _ = writeln!(body, "                const int64_t nr = af_min64(NR, nlen - jr);");
+    if em.strided_cols(&spb, b_in) {
+        // B is a transposed view: walk its columns outside and K inside (along memory).
+        let _ = writeln!(body, "                {{ /* pack one sliver of B, column by column */");
+        body.push_str(&em.row_prologue(&spb, "bi * K", "                    "));
+        let _ = writeln!(body, "                    for (int64_t j = 0; j < NR; ++j) {{");
+        let _ = writeln!(body, "                        if (j >= nr) {{ for (int64_t k = 0; k < klen; ++k) Bs[k * NR + j] = 0.0f; continue; }}");
+        let _ = writeln!(body, "                        for (int64_t k = 0; k < klen; ++k) Bs[k * NR + j] = {};", em.read_inner(&spb, b_in, "k0 + k", "n0 + jr + j"));
+        let _ = writeln!(body, "                    }}\n                }}");
+    } else {
+        let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{ /* pack one sliver of B */");
+        body.push_str(&em.row_prologue(&spb, "bi * K + k0 + k", "                    "));
+        let b_val = em.read(&spb, b_in, "n0 + jr + j");
+        let _ = writeln!(body, "                    float *bs = Bs + k * NR;");
+        let _ = writeln!(body, "                    for (int64_t j = 0; j < nr; ++j) bs[j] = {b_val};");
+        let _ = writeln!(body, "                    for (int64_t j = nr; j < NR; ++j) bs[j] = 0.0f;");
+        let _ = writeln!(body, "                }}");
+    }
+    let _ = writeln!(body, "                for (int64_t ir = 0; ir < mlen; ir += MR)");
+    let _ = writeln!(body, "                    isa.uk(klen, Ap + ir * klen, Bs, Cc + ir * NC + jr, NC, af_min64(MR, mlen - ir), nr, k0 > 0);");
+    let _ = writeln!(body, "            }}");
     let _ = writeln!(body, "        }}");
     // Epilogue while storing C.
     let _ = writeln!(body, "        for (int64_t m = 0; m < mlen; ++m) {{ /* store C{} */", if epilogue.is_empty() { "" } else { " with the epilogue" });
@@ -658,33 +889,58 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let causal = f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask);
     let _ = writeln!(body, "    const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};", em.dim(&numel(&batch)), em.dim(&sq), em.dim(&sk), em.dim(&d), em.dim(&dv));
     let _ = writeln!(body, "    const int64_t BR = t->mc, BC = t->nc, qt = (SQ + BR - 1) / BR, units = BATCH * qt;");
-    let _ = writeln!(body, "    float *Qt = scratch, *Kt = Qt + BR * D, *Vt = Kt + BC * D, *St = Vt + BC * DV, *Ot = St + BR * BC, *Mr = Ot + BR * DV, *Lr = Mr + BR;");
+    let _ = writeln!(body, "    const af_isa_info isa = af_isa();");
+    let _ = writeln!(body, "    const int64_t MR = isa.mr, NR = isa.nr;");
+    let _ = writeln!(body, "    /* packed Q (A slivers), K^T and V blocks (B slivers), scores, packed P, output, row max and sum */");
+    let _ = writeln!(body, "    float *Qp = scratch, *Kp = Qp + (BR + AF_MR_MAX) * D, *Vp = Kp + D * (BC + AF_NR_MAX), *St = Vp + BC * (DV + AF_NR_MAX);");
+    let _ = writeln!(body, "    float *Pp = St + BR * BC, *Ot = Pp + (BR + AF_MR_MAX) * BC, *Mr = Ot + BR * DV, *Lr = Mr + BR;");
     let _ = writeln!(body, "    const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);");
     let _ = writeln!(body, "    for (int64_t u = u0; u < u1; ++u) {{");
-    let _ = writeln!(body, "        const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min64(BR, SQ - q0);");
-    let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{ /* load the query block */");
+    let _ = writeln!(body, "        const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min64(BR, SQ - q0), brp = (br + MR - 1) / MR * MR;");
+    let _ = writeln!(body, "        for (int64_t i = 0; i < brp; ++i) {{ /* pack the query block, rows past br zero */");
+    let _ = writeln!(body, "            float *qp = Qp + (i / MR) * MR * D + i % MR;");
+    let _ = writeln!(body, "            if (i >= br) {{ for (int64_t c = 0; c < D; ++c) qp[c * MR] = 0.0f; continue; }}");
     body.push_str(&em.row_prologue(&spq, "bi * SQ + q0 + i", "            "));
-    let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) Qt[i * D + c] = {};", em.read(&spq, q, "c"));
+    let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) qp[c * MR] = {};", em.read(&spq, q, "c"));
     let _ = writeln!(body, "            Mr[i] = -INFINITY; Lr[i] = 0.0f;\n            for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;\n        }}");
     let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < SK; k0 += BC) {{");
     if causal {
         let shift = sk.sub(&sq);
         let _ = writeln!(body, "            if (k0 > q0 + br - 1 + {}) break; /* every later key is masked for this block */", em.dim(&shift));
     }
-    let _ = writeln!(body, "            const int64_t bc = af_min64(BC, SK - k0);");
-    let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) {{ /* load K^T block */");
-    body.push_str(&em.row_prologue(&spk, "bi * D + c", "                "));
-    let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) Kt[c * BC + j] = {};\n            }}", em.read(&spk, kt, "k0 + j"));
-    let _ = writeln!(body, "            for (int64_t j = 0; j < bc; ++j) {{ /* load V block */");
+    let _ = writeln!(body, "            const int64_t bc = af_min64(BC, SK - k0), bcp = (bc + NR - 1) / NR * NR, dvp = (DV + NR - 1) / NR * NR;");
+    if em.strided_cols(&spk, kt) {
+        // K^T is a transposed view of K: walk the keys outside, the head dim inside (along memory).
+        let _ = writeln!(body, "            {{ /* pack the K^T block in slivers of NR keys, key by key */");
+        body.push_str(&em.row_prologue(&spk, "bi * D", "                "));
+        let _ = writeln!(body, "                for (int64_t j = 0; j < bcp; ++j) {{");
+        let _ = writeln!(body, "                    float *kp = Kp + (j / NR) * NR * D + j % NR;");
+        let _ = writeln!(body, "                    if (j >= bc) {{ for (int64_t c = 0; c < D; ++c) kp[c * NR] = 0.0f; continue; }}");
+        let _ = writeln!(body, "                    for (int64_t c = 0; c < D; ++c) kp[c * NR] = {};", em.read_inner(&spk, kt, "c", "k0 + j"));
+        let _ = writeln!(body, "                }}\n            }}");
+    } else {
+        let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) {{ /* pack the K^T block in slivers of NR keys */");
+        body.push_str(&em.row_prologue(&spk, "bi * D + c", "                "));
+        let _ = writeln!(body, "                for (int64_t js = 0; js < bcp; js += NR) {{");
+        let _ = writeln!(body, "                    float *kp = Kp + js * D + c * NR;");
+        let _ = writeln!(body, "                    const int64_t nj = af_min64(NR, bc - js);");
+        let _ = writeln!(body, "                    for (int64_t j = 0; j < nj; ++j) kp[j] = {};", em.read(&spk, kt, "k0 + js + j"));
+        let _ = writeln!(body, "                    for (int64_t j = nj; j < NR; ++j) kp[j] = 0.0f;\n                }}\n            }}");
+    }
+    let _ = writeln!(body, "            for (int64_t j = 0; j < bc; ++j) {{ /* pack the V block in slivers of NR columns */");
     body.push_str(&em.row_prologue(&spv, "bi * SK + k0 + j", "                "));
-    let _ = writeln!(body, "                for (int64_t c = 0; c < DV; ++c) Vt[j * DV + c] = {};\n            }}", em.read(&spv, v, "c"));
-    let _ = writeln!(body, "            /* S = Q K^T for the whole block with the GEMM template */");
-    let _ = writeln!(body, "            memset(St, 0, sizeof(float) * (size_t)(br * BC));");
-    let _ = writeln!(body, "            af_gemm_tile(Qt, Kt, St, br, bc, D, D, BC);");
+    let _ = writeln!(body, "                for (int64_t cs = 0; cs < dvp; cs += NR) {{");
+    let _ = writeln!(body, "                    float *vp = Vp + cs * bc + j * NR;");
+    let _ = writeln!(body, "                    const int64_t nc = af_min64(NR, DV - cs);");
+    let _ = writeln!(body, "                    for (int64_t c = 0; c < nc; ++c) vp[c] = {};", em.read(&spv, v, "cs + c"));
+    let _ = writeln!(body, "                    for (int64_t c = nc; c < NR; ++c) vp[c] = 0.0f;\n                }}\n            }}");
+    let _ = writeln!(body, "            /* S = Q K^T on the micro-kernel */");
+    let _ = writeln!(body, "            for (int64_t jr = 0; jr < bc; jr += NR)");
+    let _ = writeln!(body, "                for (int64_t ir = 0; ir < br; ir += MR)");
+    let _ = writeln!(body, "                    isa.uk(D, Qp + ir * D, Kp + jr * D, St + ir * BC + jr, BC, af_min64(MR, br - ir), af_min64(NR, bc - jr), 0);");
     let _ = writeln!(body, "            for (int64_t i = 0; i < br; ++i) {{");
     body.push_str(&em.row_prologue(&sps, "bi * SQ + q0 + i", "                "));
     let _ = writeln!(body, "                float *restrict srow = St + i * BC;");
-    let _ = writeln!(body, "                float mx = Mr[i];");
     let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) {{");
     let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(f.qk), round_to(g.node(f.qk).dtype, "srow[j]".into()), g.node(f.qk).name);
     for &m in &f.chain {
@@ -692,14 +948,22 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &sps, &members, &|x| Some(em.var(x)), *i, "k0 + j")).collect();
         let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &sps, m, &ops, "k0 + j"), n.name);
     }
-    let _ = writeln!(body, "                    srow[j] = {};\n                    mx = af_fmax(mx, srow[j]);\n                }}", em.var(f.scores));
+    let _ = writeln!(body, "                    srow[j] = {};\n                }}", em.var(f.scores));
     let _ = writeln!(body, "                /* online softmax: rescale what was accumulated under the old max */");
-    let _ = writeln!(body, "                const float corr = expf(Mr[i] - mx);\n                float l = Lr[i] * corr;");
+    let _ = writeln!(body, "                const float mx = af_vmax(srow, bc, Mr[i]), corr = af_expf(Mr[i] - mx);");
     let _ = writeln!(body, "                for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
-    let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) {{\n                    srow[j] = expf(srow[j] - mx);\n                    l += srow[j];\n                }}");
-    let _ = writeln!(body, "                Mr[i] = mx; Lr[i] = l;\n            }}");
-    let _ = writeln!(body, "            /* O += P V with the GEMM template */");
-    let _ = writeln!(body, "            af_gemm_tile(St, Vt, Ot, br, DV, bc, BC, DV);\n        }}");
+    let _ = writeln!(body, "                Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
+    let _ = writeln!(body, "                Mr[i] = mx;");
+    let _ = writeln!(body, "                float *pp = Pp + (i / MR) * MR * bc + i % MR; /* pack P as A slivers */");
+    let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) pp[j * MR] = srow[j];\n            }}");
+    let _ = writeln!(body, "            for (int64_t i = br; i < brp; ++i) {{");
+    let _ = writeln!(body, "                float *pp = Pp + (i / MR) * MR * bc + i % MR;");
+    let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) pp[j * MR] = 0.0f;\n            }}");
+    let _ = writeln!(body, "            /* O += P V on the micro-kernel */");
+    let _ = writeln!(body, "            for (int64_t jr = 0; jr < DV; jr += NR)");
+    let _ = writeln!(body, "                for (int64_t ir = 0; ir < br; ir += MR)");
+    let _ = writeln!(body, "                    isa.uk(bc, Pp + ir * bc, Vp + jr * bc, Ot + ir * DV + jr, DV, af_min64(MR, br - ir), af_min64(NR, DV - jr), 1);");
+    let _ = writeln!(body, "        }}");
     let ob = em.buf[&f.pv];
     let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{ /* normalise and store */");
     let _ = writeln!(body, "            const float inv = 1.0f / Lr[i];");
@@ -795,7 +1059,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
             let _ = writeln!(code, " * source lines: {}", lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", "));
         }
         let _ = writeln!(code, " */");
-        let _ = writeln!(code, "static void {name}(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch) {{");
+        let _ = writeln!(code, "AF_CLONES static void {name}(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch) {{");
         let _ = writeln!(code, "    (void)dims; (void)scratch;");
         for (i, v) in buffers.iter().enumerate() {
             let d = g.node(*v).dtype;
