@@ -101,6 +101,27 @@ AF_CLONES static double exp_rate(void) {
     sink = y[9];
     return best;
 }
+/* Packing as the matmul and flash templates do it: a 256 x 256 block walked along memory
+ * into slivers of NR columns (one contiguous read, one strided store per element). */
+AF_CLONES static double pack_rate(void) {
+    enum { N = 256 };
+    const af_isa_info isa = af_isa();
+    static float src[N * N], dst[N * (N + AF_NR_MAX)];
+    for (int i = 0; i < N * N; i++) src[i] = 1e-3f * (i % 97);
+    double best = 0;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now_us();
+        for (int it = 0; it < 10; it++)
+            for (int64_t j = 0; j < N; ++j) {
+                float *d = dst + (j / isa.nr) * isa.nr * N + j % isa.nr;
+                for (int64_t c = 0; c < N; ++c) d[c * isa.nr] = src[j * N + c] + (float)it;
+            }
+        double t = now_us() - t0, r = 10.0 * N * N / t;
+        if (r > best) best = r;
+        sink = dst[rep];
+    }
+    return best;
+}
 AF_CLONES static double vector_rate(void) {
     enum { N = 4096 };
     static float x[N], y[N];
@@ -186,7 +207,7 @@ int main(int argc, char **argv) {
         isa = "avx512f";
     }
 #endif
-    double gemm = gemm_rate(), vec = vector_rate(), ex = exp_rate();
+    double gemm = gemm_rate(), vec = vector_rate(), ex = exp_rate(), pack = pack_rate();
     pthread_mutex_init(&P.mu, 0);
     pthread_cond_init(&P.go, 0);
     pthread_cond_init(&P.done, 0);
@@ -237,8 +258,8 @@ int main(int argc, char **argv) {
     pthread_mutex_unlock(&P.mu);
     for (int i = 1; i < threads && i < 256; i++) pthread_join(th[i], 0);
     printf("{\"threads\": %d, \"isa\": \"%s\", \"fma_flops_per_us_per_core\": %.1f, \"gemm_flops_per_us_per_core\": %.1f, "
-           "\"vector_flops_per_us_per_core\": %.1f, \"exp_per_us_per_core\": %.1f, \"bandwidth_bytes_per_us\": %.1f, \"llc_bandwidth_bytes_per_us\": %.1f, \"launch_us\": %.3f}\n",
-           threads, isa, fma, gemm, vec, ex, best_bw, best_llc, best_launch);
+           "\"vector_flops_per_us_per_core\": %.1f, \"exp_per_us_per_core\": %.1f, \"pack_elems_per_us_per_core\": %.1f, \"bandwidth_bytes_per_us\": %.1f, \"llc_bandwidth_bytes_per_us\": %.1f, \"launch_us\": %.3f}\n",
+           threads, isa, fma, gemm, vec, ex, pack, best_bw, best_llc, best_launch);
     free(a), free(b), free(c);
     return 0;
 }

@@ -91,6 +91,7 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     let cores = host.cores as f64;
     let llc_bw = f("llc_bandwidth_bytes_per_us")?;
     let exp = f("exp_per_us_per_core")?;
+    let pack = f("pack_elems_per_us_per_core")?;
     let (bw, gemm, vec, fma, launch) = (
         f("bandwidth_bytes_per_us")?,
         f("gemm_flops_per_us_per_core")?,
@@ -101,12 +102,13 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     let mut sources = host.sources.clone();
     sources.pop();
     sources.push(format!(
-        "measured by calib.c: triad {:.1} GB/s (in cache {:.1} GB/s), GEMM tile {:.1} GFLOP/s/core, elementwise {:.1} GFLOP/s/core, expf {:.0}/us/core, FMA peak {:.1} GFLOP/s/core ({}), fork/join {:.1} us",
+        "measured by calib.c: triad {:.1} GB/s (in cache {:.1} GB/s), GEMM tile {:.1} GFLOP/s/core, elementwise {:.1} GFLOP/s/core, expf {:.0}/us/core, packing {:.0} elements/us/core, FMA peak {:.1} GFLOP/s/core ({}), fork/join {:.1} us",
         bw / 1e3,
         llc_bw / 1e3,
         gemm / 1e3,
         vec / 1e3,
         exp,
+        pack,
         fma / 1e3,
         j["isa"].as_str().unwrap_or("?"),
         launch
@@ -117,6 +119,7 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
         matmul_flops_per_us: gemm * cores,
         vector_flops_per_us: vec * cores,
         transcendental_per_us: exp * cores,
+        pack_elems_per_us: pack * cores,
         fma_peak_flops_per_us: fma * cores,
         launch_us: launch.max(0.5),
         sources,

@@ -102,15 +102,23 @@ impl Ctx<'_> {
             (size + again, 0.0)
         }
     }
+    /// Time of moving `elems` operand elements into micro-kernel slivers [elements / (elements/us)].
+    fn pack_us(&self, elems: f64) -> f64 {
+        if self.t.pack_elems_per_us > 0.0 {
+            elems / self.t.pack_elems_per_us
+        } else {
+            0.0
+        }
+    }
     /// Execution time from bytes (off-chip, of which `cached` stay in the LLC between kernels;
-    /// plus LLC re-reads), flops and transcendental evaluations.
+    /// plus LLC re-reads), flops, transcendental evaluations and packing (`pack_us`).
     #[allow(clippy::too_many_arguments)]
-    fn exec_us(&self, (bytes, llc): (f64, f64), cached: f64, mm_flops: f64, vec_flops: f64, trans: f64, mm_eff: f64, tiles: f64, cores: u32) -> (f64, f64, f64, f64) {
+    fn exec_us(&self, (bytes, llc): (f64, f64), cached: f64, mm_flops: f64, vec_flops: f64, trans: f64, pack_us: f64, mm_eff: f64, tiles: f64, cores: u32) -> (f64, f64, f64, f64) {
         let llc_bw = if self.t.llc_bandwidth_bytes_per_us > 0.0 { self.t.llc_bandwidth_bytes_per_us } else { self.t.bandwidth_bytes_per_us };
         let cached = cached.min(bytes);
         let mem = (bytes - cached) / self.t.bandwidth_bytes_per_us + (llc + cached) / llc_bw;
         let trans_rate = if self.t.transcendental_per_us > 0.0 { self.t.transcendental_per_us } else { self.t.vector_flops_per_us / 8.0 };
-        let comp = mm_flops / (self.t.matmul_flops_per_us * mm_eff.max(1e-3)) + vec_flops / self.t.vector_flops_per_us + trans / trans_rate;
+        let comp = mm_flops / (self.t.matmul_flops_per_us * mm_eff.max(1e-3)) + vec_flops / self.t.vector_flops_per_us + trans / trans_rate + pack_us;
         let c = cores.max(1) as f64;
         let tiles = tiles.max(1.0);
         let wave = tiles / (c * (tiles / c).ceil());
@@ -221,7 +229,7 @@ pub fn kernel_cost(
                 // On the host a block streams one row at a time; on Ascend a tile holds r rows.
                 let onchip = if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
                 let use_ = vec![(mem_name.to_string(), onchip)];
-                let (exec, mem, comp, wave) = cx.exec_us((bytes, 0.0), cached, 0.0, vec_flops, trans, 1.0, tiles, target.cores);
+                let (exec, mem, comp, wave) = cx.exec_us((bytes, 0.0), cached, 0.0, vec_flops, trans, 0.0, 1.0, tiles, target.cores);
                 cands.push((exec, mem, comp, wave, (bytes, 0.0), Tiling::Rows { rows_per_tile: r as i64 }, use_.clone(), cx.fits(&use_)));
                 if mem_name != "ub" {
                     break; // the host's choice of r does not change the model
@@ -288,7 +296,9 @@ pub fn kernel_cost(
                         } else {
                             vec![("l2".into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
                         };
-                        let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, flops_v, pro_trans * nt + epi_trans, eff, tiles, target.matrix_cores);
+                        // A is packed once per N tile, B once per M tile.
+                        let pack = cx.pack_us(batch * (m * k * nt + k * nn * mt));
+                        let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, flops_v, pro_trans * nt + epi_trans, pack, eff, tiles, target.matrix_cores);
                         let ok = cx.fits(&use_);
                         cands.push((exec, mem, comp, wave, bytes, Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 }, use_, ok));
                     }
@@ -351,7 +361,9 @@ pub fn kernel_cost(
                     let eff = (br / (br + 8.0)) * (bc / (bc + 16.0));
                     // One exp per score, plus the rescale per row and key block.
                     let t_exp = batch * sq * sk + batch * sq * (sk / bc).ceil();
-                    let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, vec_f, t_exp, eff, batch * qt, target.matrix_cores);
+                    // Q and P once, K and V once per query block.
+                    let pack = cx.pack_us(batch * (sq * d + qt * sk * (d + dv) + sq * sk));
+                    let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, vec_f, t_exp, pack, eff, batch * qt, target.matrix_cores);
                     let ok = cx.fits(&use_);
                     cands.push((exec, mem, comp, wave, bytes, Tiling::Flash { br: br as i64, bc: bc as i64 }, use_, ok));
                 }

@@ -15,7 +15,7 @@ pub struct Memory {
 
 /// Where `autofusion-build` caches the calibrated host profile, relative to cargo's target
 /// directory (versioned with the profile's fields).
-pub const HOST_PROFILE_CACHE: &str = "autofusion/host-profile-v6.json";
+pub const HOST_PROFILE_CACHE: &str = "autofusion/host-profile-v7.json";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Target {
@@ -39,6 +39,11 @@ pub struct Target {
     /// Transcendental evaluations (exp, tanh, erf...) per us, whole device.
     #[serde(default)]
     pub transcendental_per_us: f64,
+    /// Elements per us, whole device, that the matmul and flash templates move while packing
+    /// operands into micro-kernel slivers (host; 0 = packing is free, as on Ascend where the
+    /// MTE engines move data beside the cube).
+    #[serde(default)]
+    pub pack_elems_per_us: f64,
     /// Work below this many elements runs on the calling thread without a launch (host runtime).
     #[serde(default)]
     pub inline_below_elems: u64,
@@ -96,6 +101,7 @@ impl Target {
             matmul_flops_per_us: 8_000.0 * cores as f64,
             vector_flops_per_us: 2_000.0 * cores as f64,
             transcendental_per_us: 200.0 * cores as f64,
+            pack_elems_per_us: 1000.0 * cores as f64,
             inline_below_elems: 1 << 14,
             runtime_blocking: Some([64, 512, 256, 64, 128]),
             fma_peak_flops_per_us: 0.0,
@@ -135,6 +141,7 @@ impl Target {
             vector_flops_per_us: 256.0 * 48.0 * 1650.0,
             // Assumed: exp/ln on the vector unit at 1/8 of the FMA rate.
             transcendental_per_us: 64.0 * 48.0 * 1650.0 / 8.0,
+            pack_elems_per_us: 0.0,
             inline_below_elems: 0,
             runtime_blocking: None,
             fma_peak_flops_per_us: 8192.0 * 24.0 * 1650.0,

@@ -53,7 +53,15 @@ static int check_exp(void) {
     if (!isnan(af_expf(NAN))) bad++;
     if (af_expf(0.0f) != 1.0f) bad++;
     printf("af_expf: worst relative error %.3g: %s\n", worst, bad ? "FAILED" : "ok");
-    return bad;
+    double werf = 0, wtanh = 0;
+    for (float x = -9.0f; x < 9.0f; x += 3.1e-4f) {
+        const double de = fabs((double)af_erff(x) - erf((double)x)), dt = fabs((double)af_tanhf(x) - tanh((double)x));
+        if (de > werf) werf = de;
+        if (dt > wtanh) wtanh = dt;
+    }
+    const int bad2 = werf > 3e-7 || wtanh > 3e-7 || !isnan(af_erff(NAN)) || af_tanhf(1e4f) != 1.0f || af_erff(-1e4f) != -1.0f;
+    printf("af_erff, af_tanhf: worst absolute error %.3g, %.3g: %s\n", werf, wtanh, bad2 ? "FAILED" : "ok");
+    return bad + bad2;
 }
 int main(void) {
     int bad = check_exp();
