@@ -225,6 +225,6 @@ fn main() {
             println!("  {l}");
         }
     }
-    println!("with medians instead of minima: decision accuracy {right_med}/{total} ({:.0}%)", 100.0 * right_med as f64 / total.max(1) as f64);
-    println!("decision accuracy: {right}/{total} ({:.0}%)", 100.0 * right as f64 / total.max(1) as f64);
+    println!("with medians instead of minima: decision accuracy {right_med}/{total} ({:.1}%)", 100.0 * right_med as f64 / total.max(1) as f64);
+    println!("decision accuracy: {right}/{total} ({:.1}%)", 100.0 * right as f64 / total.max(1) as f64);
 }

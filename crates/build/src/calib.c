@@ -162,7 +162,7 @@ static void *worker(void *p) {
     int id = ((arg_t *)p)->id, seen = 0;
     for (;;) {
         /* as the runtime's pool: spin a little before sleeping */
-        for (int s = 0; s < (1 << 15) && epoch_mirror == seen; s++) __asm__ __volatile__("" ::: "memory");
+        for (int s = 0; s < (1 << 18) && epoch_mirror == seen; s++) __asm__ __volatile__("" ::: "memory");
         pthread_mutex_lock(&P.mu);
         while (P.epoch == seen && !P.quit) pthread_cond_wait(&P.go, &P.mu);
         if (P.quit) { pthread_mutex_unlock(&P.mu); return 0; }
@@ -184,7 +184,7 @@ static void launch(void) {
     pthread_cond_broadcast(&P.go);
     pthread_mutex_unlock(&P.mu);
     triad_part(0);
-    for (int s = 0; s < (1 << 15) && finished_mirror < P.nthreads - 1; s++) __asm__ __volatile__("" ::: "memory");
+    for (int s = 0; s < (1 << 18) && finished_mirror < P.nthreads - 1; s++) __asm__ __volatile__("" ::: "memory");
     pthread_mutex_lock(&P.mu);
     while (P.finished < P.nthreads - 1) pthread_cond_wait(&P.done, &P.mu);
     pthread_mutex_unlock(&P.mu);
