@@ -122,38 +122,6 @@ static inline int64_t af_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline float af_fmax(float a, float b) { return ((b > a) | (a != a)) ? b : a; }
 static inline float af_fmin(float a, float b) { return ((b < a) | (a != a)) ? b : a; }
 
-/* The matmul template's inner kernel: C[m][n] += sum_k A[m][k] * B[k][n] on packed panels
- * (A: mlen x klen, row stride lda; B: klen x nlen, row stride ldb; C row stride ldb).
- * Four rows of C share each loaded row of B; the n loop is left to the vectoriser. */
-static inline void af_gemm_tile(const float *restrict A, const float *restrict B, float *restrict C,
-                         int64_t mlen, int64_t nlen, int64_t klen, int64_t lda, int64_t ldb) {
-    int64_t m = 0;
-    for (; m + 4 <= mlen; m += 4) {
-        float *restrict c0 = C + (m + 0) * ldb, *restrict c1 = C + (m + 1) * ldb;
-        float *restrict c2 = C + (m + 2) * ldb, *restrict c3 = C + (m + 3) * ldb;
-        for (int64_t k = 0; k < klen; ++k) {
-            const float a0 = A[(m + 0) * lda + k], a1 = A[(m + 1) * lda + k];
-            const float a2 = A[(m + 2) * lda + k], a3 = A[(m + 3) * lda + k];
-            const float *restrict b = B + k * ldb;
-            for (int64_t n = 0; n < nlen; ++n) {
-                const float bn = b[n];
-                c0[n] += a0 * bn;
-                c1[n] += a1 * bn;
-                c2[n] += a2 * bn;
-                c3[n] += a3 * bn;
-            }
-        }
-    }
-    for (; m < mlen; ++m) {
-        float *restrict c = C + m * ldb;
-        for (int64_t k = 0; k < klen; ++k) {
-            const float a = A[m * lda + k];
-            const float *restrict b = B + k * ldb;
-            for (int64_t n = 0; n < nlen; ++n) c[n] += a * b[n];
-        }
-    }
-}
-
 /* Row helpers of the online softmax: the max of x[0..n) and m0 (NaN skipped), and
  * x[j] = exp(x[j] - m) returning the sum. Eight partial results make the reductions
  * independent chains the compiler vectorises. */
