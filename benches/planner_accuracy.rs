@@ -108,7 +108,19 @@ impl Ctx<'_> {
 struct Measured {
     parts_us: f64,
     fused_us: f64,
-    kernels: Vec<(f64, f64)>,
+    kernels: Vec<(String, f64, f64)>,
+}
+
+/// A kernel's class for the per-class error summary: its kind, and for rows kernels how many
+/// reductions it runs (each adds a pass over the row).
+fn class_of(g: &autofusion_compiler::ir::Graph, gr: &Group) -> String {
+    let reds = gr.nodes.iter().filter(|n| matches!(g.node(**n).op, Op::Reduce { .. })).count();
+    match gr.kind {
+        GroupKind::Elementwise if reds > 0 => format!("rows/{reds}red"),
+        GroupKind::Elementwise => "elementwise".into(),
+        GroupKind::MatMul if gr.nodes.len() > 1 => "matmul+fused".into(),
+        k => format!("{k:?}").to_lowercase(),
+    }
 }
 
 fn main() {
@@ -120,6 +132,7 @@ fn main() {
     let (mut right, mut total, mut right_med) = (0usize, 0usize, 0usize);
     let mut rel_errors: Vec<f64> = Vec::new();
     let mut slower: Vec<String> = Vec::new();
+    let mut ratios: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     println!("target: {}", target.sources.join("; "));
     println!("{:<12} {:>5} {:<20} {:>9} {:>9} {:>9} {:>9}  decision  sign", "layer", "S", "rule", "pred us", "meas us", "pred fus", "meas fus");
     for u in units() {
@@ -173,7 +186,7 @@ fn main() {
                             let t = stat(runs, k, use_min);
                             sum += t;
                             if let Some(c) = &gr.cost {
-                                ks.push((c.time_us, t));
+                                ks.push((class_of(g, gr), c.time_us, t));
                             }
                         }
                     }
@@ -190,9 +203,10 @@ fn main() {
                 let ok = (pred > 0.0) == (meas > 0.0);
                 total += 1;
                 right += ok as usize;
-                for (pk, mk) in &m.kernels {
+                for (class, pk, mk) in &m.kernels {
                     if *mk > 0.0 {
                         rel_errors.push((pk - mk).abs() / mk);
+                        ratios.entry(class.clone()).or_default().push(pk / mk);
                     }
                 }
                 let accepted = matches!(c.decision, Decision::Accepted { .. });
@@ -217,6 +231,10 @@ fn main() {
     rel_errors.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let med = rel_errors.get(rel_errors.len() / 2).copied().unwrap_or(f64::NAN);
     println!("median relative error of predicted kernel times: {:.0}% over {} kernels", med * 100.0, rel_errors.len());
+    for (class, r) in &mut ratios {
+        r.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!("  {class:<14} predicted/measured: median {:.2}, quartiles {:.2}..{:.2} over {} kernels", r[r.len() / 2], r[r.len() / 4], r[3 * r.len() / 4], r.len());
+    }
     if slower.is_empty() {
         println!("kept fusions measurably slower than their parts: none");
     } else {

@@ -10,11 +10,22 @@ type Job = &'static (dyn Fn(usize) + Sync);
 /// Spin iterations before sleeping (about 20-50 us on current x86 cores).
 const SPIN_LIMIT: u32 = 1 << 15;
 
+/// One launch: blocks are split into one contiguous chunk per participant (the caller is
+/// participant 0, worker `i` is participant `i`), so the same rows of consecutive kernels run on
+/// the same core and a kernel finds its producer's output in that core's cache. A participant
+/// that finishes its chunk steals from the others' (each chunk has its own claim cursor).
 struct Launch {
     job: Job,
     n: usize,
-    next: AtomicUsize,
+    chunks: Vec<(AtomicUsize, usize)>,
     done: AtomicUsize,
+}
+
+impl Launch {
+    fn new(job: Job, n: usize, parts: usize) -> Launch {
+        let chunks = (0..parts).map(|p| (AtomicUsize::new(p * n / parts), (p + 1) * n / parts)).collect();
+        Launch { job, n, chunks, done: AtomicUsize::new(0) }
+    }
 }
 
 struct State {
@@ -46,16 +57,22 @@ pub fn pool() -> &'static Pool {
     &POOL
 }
 
-fn work(l: &Launch) -> usize {
+/// Run blocks of `l` as participant `me`: its own chunk first, then whatever is left of the others.
+fn work(l: &Launch, me: usize) -> usize {
+    let parts = l.chunks.len();
     let mut did = 0;
-    loop {
-        let b = l.next.fetch_add(1, Ordering::Relaxed);
-        if b >= l.n {
-            return did;
+    for i in 0..parts {
+        let (next, end) = &l.chunks[(me + i) % parts];
+        loop {
+            let b = next.fetch_add(1, Ordering::Relaxed);
+            if b >= *end {
+                break;
+            }
+            (l.job)(b);
+            did += 1;
         }
-        (l.job)(b);
-        did += 1;
     }
+    did
 }
 
 impl Pool {
@@ -71,7 +88,7 @@ impl Pool {
         for i in 1..threads {
             std::thread::Builder::new()
                 .name(format!("autofusion-{i}"))
-                .spawn(move || p.worker())
+                .spawn(move || p.worker(i))
                 .expect("spawn pool thread");
         }
         p
@@ -79,7 +96,7 @@ impl Pool {
     pub fn threads(&self) -> usize {
         self.threads
     }
-    fn worker(&self) {
+    fn worker(&self, me: usize) {
         let mut seen = 0;
         loop {
             // Back-to-back launches (a layer's kernels) find the worker awake: spin a little
@@ -98,7 +115,7 @@ impl Pool {
                 st.launch.clone()
             };
             if let Some(l) = launch {
-                let did = work(&l);
+                let did = work(&l, me);
                 if did > 0 && l.done.fetch_add(did, Ordering::AcqRel) + did == l.n {
                     let _g = self.state.lock().unwrap();
                     self.finished.notify_all();
@@ -119,7 +136,7 @@ impl Pool {
         // SAFETY: the launch is finished (every block ran) before this function returns, and
         // workers drop their reference to the job right after their last block.
         let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Job>(f) };
-        let l = Arc::new(Launch { job, n, next: AtomicUsize::new(0), done: AtomicUsize::new(0) });
+        let l = Arc::new(Launch::new(job, n, self.threads));
         {
             let mut st = self.state.lock().unwrap();
             st.epoch += 1;
@@ -127,7 +144,7 @@ impl Pool {
             self.epoch.store(st.epoch, Ordering::Release);
             self.wake.notify_all();
         }
-        let did = work(&l);
+        let did = work(&l, 0);
         l.done.fetch_add(did, Ordering::AcqRel);
         let mut spins = 0u32;
         while l.done.load(Ordering::Acquire) < n && spins < SPIN_LIMIT {

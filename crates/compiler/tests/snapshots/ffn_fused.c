@@ -322,10 +322,10 @@ AF_CLONES static void k0_h_rrms(void *const *bufs, const int64_t *dims, const af
         (void)x_rem;
         (void)x_i0;
         const int64_t ac0_row = ac0_off + x_i0 * ac0_s0;
-        float accv6[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        float accv6[16] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         int64_t cb0 = 0;
-        for (; cb0 + 8 <= N; cb0 += 8) {
-            for (int64_t l = 0; l < 8; ++l) {
+        for (; cb0 + 16 <= N; cb0 += 16) {
+            for (int64_t l = 0; l < 16; ++l) {
                 const int64_t c = cb0 + l;
                 const float v5_h_sq = (in0[ac0_row + (c)] * in0[ac0_row + (c)]); /* h.sq */
                 accv6[l] += v5_h_sq; /* h.ms */
@@ -338,7 +338,7 @@ AF_CLONES static void k0_h_rrms(void *const *bufs, const int64_t *dims, const af
                 accv6[l] += v5_h_sq; /* h.ms */
             }
         }
-        const float acc6 = (((accv6[0] + accv6[1]) + (accv6[2] + accv6[3])) + ((accv6[4] + accv6[5]) + (accv6[6] + accv6[7])));
+        const float acc6 = ((((accv6[0] + accv6[1]) + (accv6[2] + accv6[3])) + ((accv6[4] + accv6[5]) + (accv6[6] + accv6[7]))) + (((accv6[8] + accv6[9]) + (accv6[10] + accv6[11])) + ((accv6[12] + accv6[13]) + (accv6[14] + accv6[15]))));
         const float v6_h_ms = acc6 / (float)N; /* h.ms */
         const float v8_h_ms_eps = (v6_h_ms + 1e-6f); /* h.ms_eps */
         const float v9_h_rrms = (1.0f / sqrtf(v8_h_ms_eps)); /* h.rrms */
