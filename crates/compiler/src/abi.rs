@@ -64,3 +64,24 @@ pub struct KernelMeta {
     /// The ops it holds, for error messages and reports.
     pub ops: String,
 }
+
+/// Dynamic dims at the start of an Ascend kernel's args table (int64 each), before the
+/// module's buffer addresses (uint64 each).
+pub const ASCEND_MAX_DIMS: usize = 8;
+
+/// `AfTiling` int64 fields of an Ascend kernel, in order (emitted in the generated Ascend C
+/// and mirrored by the runtime): launch size, UB chunk columns, matmul / flash tile sizes and
+/// the user-workspace floats per AIV.
+pub const ASCEND_TILING_FIELDS: [&str; 8] = ["block_num", "chunk", "mc", "nc", "br", "bc", "ws_floats", "reserved"];
+
+/// The `TCubeTiling` fields DynamicTiling fills (doc `ADV/矩阵计算/Matmul-Tiling类/TCubeTiling结构体.md`),
+/// carried as int32 by name so the toolkit's own struct layout may differ between versions.
+pub const ASCEND_CUBE_FIELDS: [&str; 23] = [
+    "usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN", "singleCoreK", "baseM", "baseN", "baseK", "depthA1", "depthB1",
+    "stepM", "stepN", "isBias", "transLength", "iterateOrder", "stepKa", "stepKb", "dbL0A", "dbL0B", "dbL0C",
+];
+
+/// Size of `AfTiling`: the int64 fields and two cube field sets (a multiple of 8 bytes).
+pub const fn ascend_tiling_bytes() -> usize {
+    ASCEND_TILING_FIELDS.len() * 8 + 2 * ASCEND_CUBE_FIELDS.len() * 4
+}

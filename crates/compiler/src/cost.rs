@@ -102,6 +102,14 @@ impl Ctx<'_> {
             (size + again, 0.0)
         }
     }
+    /// In-cache bandwidth (bytes/us), or the memory bandwidth when the profile has none.
+    fn llc_bw(&self) -> f64 {
+        if self.t.llc_bandwidth_bytes_per_us > 0.0 {
+            self.t.llc_bandwidth_bytes_per_us
+        } else {
+            self.t.bandwidth_bytes_per_us
+        }
+    }
     /// Time of moving `elems` operand elements into micro-kernel slivers [elements / (elements/us)].
     fn pack_us(&self, elems: f64) -> f64 {
         if self.t.pack_elems_per_us > 0.0 {
@@ -229,6 +237,9 @@ pub fn kernel_cost(
                 // On the host a block streams one row at a time; on Ascend a tile holds r rows.
                 let onchip = if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
                 let use_ = vec![(mem_name.to_string(), onchip)];
+                // Later passes over a row (after a reduction) re-read it from L1 on the host:
+                // not charged (measured: charging them at the in-cache bandwidth made fused
+                // norms look slower than their parts, which they are not).
                 let (exec, mem, comp, wave) = cx.exec_us((bytes, 0.0), cached, 0.0, vec_flops, trans, 0.0, 1.0, tiles, target.cores);
                 cands.push((exec, mem, comp, wave, (bytes, 0.0), Tiling::Rows { rows_per_tile: r as i64 }, use_.clone(), cx.fits(&use_)));
                 if mem_name != "ub" {
@@ -296,8 +307,19 @@ pub fn kernel_cost(
                         } else {
                             vec![("l2".into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
                         };
-                        // A is packed once per N tile, B once per M tile.
-                        let pack = cx.pack_us(batch * (m * k * nt + k * nn * mt));
+                        // A is packed once per N tile (a scatter into MR-row slivers, at the
+                        // calibrated packing rate), B once per M tile: when B's rows are
+                        // contiguous that is a cache-resident copy of NR-wide rows (read and
+                        // written once at the in-cache bandwidth); a transposed B is gathered
+                        // at the packing rate.
+                        let b_rows_contiguous = crate::layout::resolve(g, b_in).strides.last().and_then(|s| s.as_const()) == Some(1);
+                        let b_elems = batch * k * nn * mt;
+                        let pack_b = if b_rows_contiguous && target.pack_elems_per_us > 0.0 {
+                            2.0 * b_elems * g.node(b_in).dtype.size().max(4) as f64 / cx.llc_bw()
+                        } else {
+                            cx.pack_us(b_elems)
+                        };
+                        let pack = cx.pack_us(batch * m * k * nt) + pack_b;
                         let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, flops_v, pro_trans * nt + epi_trans, pack, eff, tiles, target.matrix_cores);
                         let ok = cx.fits(&use_);
                         cands.push((exec, mem, comp, wave, bytes, Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 }, use_, ok));

@@ -175,6 +175,29 @@ impl Unit {
     }
 }
 
+impl Unit {
+    /// Plan one variant for `target` (normally `ascend910b`) and generate its Ascend C.
+    pub fn variant_ascend(&self, v: Variant, target: &target::Target) -> Result<(plan::Plan, codegen::ascend::AscendSource), String> {
+        let o = &self.lowered.options;
+        let level = match v {
+            Variant::Fused => o.opt_level,
+            Variant::Unfused => 0,
+        };
+        let plan = plan::plan(&self.graph, level, o.rules, &o.hints, target);
+        let src = self.generate_ascend(v, &plan, &self.symbol(v))?;
+        Ok((plan, src))
+    }
+
+    /// Generate Ascend C for a given plan.
+    pub fn generate_ascend(&self, v: Variant, plan: &plan::Plan, symbol: &str) -> Result<codegen::ascend::AscendSource, String> {
+        if self.graph.dyn_dims.len() > abi::ASCEND_MAX_DIMS {
+            return Err(format!("graph `{}` has {} dynamic dims; the Ascend kernels take at most {}", self.graph.name, self.graph.dyn_dims.len(), abi::ASCEND_MAX_DIMS));
+        }
+        let header = format!("graph `{}` ({} variant), plan {} at opt_level {}, target {}", self.graph.name, v.name(), self.hash, plan.opt_level, plan.target.name);
+        codegen::ascend::generate(&self.graph, plan, symbol, &header)
+    }
+}
+
 /// The `#[fused_graph(...)]` functions of a file (also inside inline modules), each with the
 /// tokens of its attribute's arguments.
 pub fn find_graphs(items: &[syn::Item]) -> Vec<(&syn::ItemFn, proc_macro2::TokenStream)> {

@@ -304,7 +304,7 @@ pub struct CSource {
     pub entry: String,
 }
 
-fn ident(s: &str) -> String {
+pub(crate) fn ident(s: &str) -> String {
     let mut out: String = s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
     while out.contains("__") {
         out = out.replace("__", "_");
@@ -377,34 +377,34 @@ fn ctype(d: DType) -> &'static str {
 }
 
 /// One iteration space inside a kernel: its row decomposition and the accesses made in it.
-struct Space {
+pub(crate) struct Space {
     /// Prefix of its C variables (`x` for the main space, `a`/`b` for matmul operands).
-    tag: &'static str,
-    shape: Shape,
+    pub(crate) tag: &'static str,
+    pub(crate) shape: Shape,
     /// Accesses by the value read (a view or a materialised node): (access index, buffer).
-    accesses: BTreeMap<NodeId, usize>,
+    pub(crate) accesses: BTreeMap<NodeId, usize>,
 }
 
-struct Emitter<'g> {
-    g: &'g Graph,
+pub(crate) struct Emitter<'g> {
+    pub(crate) g: &'g Graph,
     /// Buffer index of every materialised value the kernel reads or writes.
-    buf: BTreeMap<NodeId, usize>,
-    decls: String,
-    n_access: usize,
+    pub(crate) buf: BTreeMap<NodeId, usize>,
+    pub(crate) decls: String,
+    pub(crate) n_access: usize,
     /// The column stride of each access when it is a constant (0 broadcast, 1 contiguous):
     /// emitted as a literal so the compiler sees unit-stride loops and vectorises them.
-    col_stride: BTreeMap<usize, i64>,
+    pub(crate) col_stride: BTreeMap<usize, i64>,
 }
 
 impl<'g> Emitter<'g> {
-    fn dim(&self, d: &DimExpr) -> String {
+    pub(crate) fn dim(&self, d: &DimExpr) -> String {
         d.to_c(&|s| self.g.dim_index(s))
     }
-    fn var(&self, id: NodeId) -> String {
+    pub(crate) fn var(&self, id: NodeId) -> String {
         format!("v{}_{}", id.0, ident(&self.g.node(id).name))
     }
     /// Declare an access of value `v` in `space` (offset and strides evaluated once per call).
-    fn access(&mut self, sp: &mut Space, v: NodeId) -> usize {
+    pub(crate) fn access(&mut self, sp: &mut Space, v: NodeId) -> usize {
         if let Some(a) = sp.accesses.get(&v) {
             return *a;
         }
@@ -427,7 +427,7 @@ impl<'g> Emitter<'g> {
         a
     }
     /// Code computing `<tag>_row_off<a>` for every access of the space from the row index `row`.
-    fn row_prologue(&self, sp: &Space, row: &str, indent: &str) -> String {
+    pub(crate) fn row_prologue(&self, sp: &Space, row: &str, indent: &str) -> String {
         let rank = sp.shape.len();
         let mut s = String::new();
         let _ = writeln!(s, "{indent}int64_t {t}_rem = {row};", t = sp.tag);
@@ -1105,7 +1105,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
 }
 
 /// A C string literal, split into lines of moderate length.
-fn c_string(s: &str) -> String {
+pub(crate) fn c_string(s: &str) -> String {
     let mut out = String::from("\n    \"");
     let mut col = 0;
     for ch in s.chars() {

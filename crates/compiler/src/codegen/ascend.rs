@@ -1,0 +1,1178 @@
+//! Ascend C code generation (Atlas A2 / Ascend 910B, arch 2201): one `.asc` translation unit
+//! per graph variant, holding one `extern "C" __global__ __aicore__` kernel per fused group,
+//! an `extern "C"` launcher (bisheng compiles the `<<<>>>` launch; Rust cannot) and a module
+//! descriptor for the runtime. Facts and API references: `docs/ascend-c.md` of the project's
+//! shared notes (sections cited in the comments as "doc §n").
+//!
+//! Every kernel has the same signature, `k(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace)`:
+//! `args` is a device table of `ASCEND_MAX_DIMS` dynamic dims (int64) followed by one device
+//! address per module buffer (uint64); `tilings` is one `AfTiling` per kernel, filled by the
+//! runtime's DynamicTiling from the actual shapes (doc §4.1, legacy dynamic flow: the kernel
+//! copies its struct from GM once); `workspace` is the system workspace of the Matmul API
+//! followed by the user workspace. One signature lets the opt_level-3 pipeline call every
+//! kernel body from one launch (doc §10, SuperKernel) with nothing but the same three pointers.
+//!
+//! Kernel kinds:
+//! - rows (elementwise chains, reductions with their epilogues, add + norm, concat): vector
+//!   only (`KERNEL_TYPE_AIV_ONLY`). Rows are spread over the AIVs; each row is streamed in
+//!   chunks of `chunk` columns through the TPipe/TQue CopyIn -> Compute -> CopyOut pipeline
+//!   (double-buffered queues, `DataCopyPad` so any row length works, the count form of the
+//!   vector APIs, 32-byte aligned UB slots; doc §1.4, §1.6, §2.1). Reductions split a row into
+//!   phases: a phase that needs a value computed before a reduction recomputes it from the
+//!   inputs rather than keeping a whole row on chip, so UB use does not grow with the row.
+//! - matmul with prologue/epilogue: mix 1:2 (`KERNEL_TYPE_MIX_AIC_1_2`). The Matmul high-level
+//!   API runs on the cube (the AIVs issue the calls, doc §3.1); each AIV owns output tiles of
+//!   `mc x nc`, has the cube write its tile into the AIV's slice of the user workspace, then
+//!   applies the epilogue in UB and writes the output (the explicit cube -> GM -> vector split
+//!   of doc §3.4 (b)). A norm prologue (or an operand view the Matmul API cannot address) is
+//!   applied by the AIVs first, writing the operand once to the workspace, then `SyncAll`: the
+//!   docs' recommended split (doc §11.9 "LayerNorm + Linear": A = normalised rows written by
+//!   the AIVs to a GM workspace), because the cube cannot apply elementwise ops while loading
+//!   A and recomputing the statistics per N tile would repeat the vector work.
+//! - flash attention: mix 1:2; QK^T and PV on the cube, the online softmax on the AIVs.
+//! - the opt_level-3 pipeline: one mix launch calling every body in order, with `SyncAll`
+//!   between dependent kernels, AIV-only when neither side uses the cube (doc §10: sync only
+//!   the core types that need it).
+
+use super::c::{c_float, c_string, ident, Emitter, Space};
+use crate::abi::{Work, ASCEND_CUBE_FIELDS, ASCEND_MAX_DIMS, ASCEND_TILING_FIELDS};
+use crate::dim::{numel, DimExpr, Shape};
+use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
+use crate::layout::resolve;
+use crate::plan::{describe, iter_shape, space_of, Group, GroupKind, Plan};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+/// What the runtime needs to launch one Ascend kernel.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AscendKernel {
+    pub name: String,
+    /// Module buffers this kernel reads (first `n_inputs`) and writes.
+    pub buffers: Vec<NodeId>,
+    pub n_inputs: usize,
+    pub work: Work,
+    pub ops: String,
+    /// Uses the cube (mix 1:2 launch: `block_num` AI-core groups) or vector only
+    /// (`block_num` AIVs).
+    pub mix: bool,
+    /// UB bytes per column of a chunk, and fixed UB bytes, of its vector part: DynamicTiling
+    /// picks `chunk = (UB - fixed) / per_col`, rounded down to 8 columns.
+    pub ub_per_col: u32,
+    pub ub_fixed: u32,
+    /// Matmul objects (0, 1 or 2), each with its `TCubeTiling` in `AfTiling::cube`.
+    pub cube: u32,
+    /// Whether the user workspace holds a staged A / B operand (f32, contiguous).
+    pub stage_a: bool,
+    pub stage_b: bool,
+}
+
+/// Generated Ascend C for one graph variant.
+pub struct AscendSource {
+    pub code: String,
+    pub kernels: Vec<AscendKernel>,
+    /// Module buffers in args-table order (after the dims).
+    pub buffers: Vec<NodeId>,
+    /// `extern "C" int32_t <launch>(uint32_t kernel, uint32_t block_dim, void *stream,
+    /// uint8_t *args, uint8_t *tilings, uint8_t *workspace)`; kernel = n_kernels launches the
+    /// pipeline kernel.
+    pub launch: String,
+    /// `extern "C" const char *<entry>(void)`: the module JSON.
+    pub entry: String,
+}
+
+/// A value inside a rows job for one chunk: a UB float tensor (slot) or a scalar expression.
+#[derive(Clone, Debug)]
+enum V {
+    T(String),
+    S(String),
+}
+
+/// Where the value of an external input comes from inside a rows job.
+#[derive(Clone, Debug)]
+enum Src {
+    /// Contiguous along the row: `DataCopyPad` from `gm[off + c]`, dtype `d` (`off` includes
+    /// the window's first column).
+    Row { gm: String, off: String, d: DType },
+    /// Constant along the row (column stride 0): one scalar read per row.
+    Scalar { gm: String, off: String, d: DType },
+    /// Any other stride: gathered element by element (scalar reads) into a slot; `off` is the
+    /// row's offset, `col0` the first column of the window.
+    Gather { gm: String, off: String, col0: String, stride: String, d: DType },
+}
+
+fn ascend_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F16 => "half",
+        DType::BF16 => "bfloat16_t",
+    }
+}
+
+fn dsize(d: DType) -> u32 {
+    match d {
+        DType::F32 => 4,
+        _ => 2,
+    }
+}
+
+/// The files' common part: includes, the tiling struct (mirrored in Rust, offsets asserted
+/// there), and small helpers.
+fn prelude() -> String {
+    let mut s = String::new();
+    s.push_str("#include \"kernel_operator.h\"\n#include \"lib/matmul_intf.h\"\n#include <stdint.h>\n\n");
+    let _ = writeln!(s, "#define AF_MAX_DIMS {ASCEND_MAX_DIMS}");
+    let _ = writeln!(s, "#define AF_TF {}", ASCEND_TILING_FIELDS.len());
+    let _ = writeln!(s, "#define AF_CF {}", ASCEND_CUBE_FIELDS.len());
+    s.push_str("/* DynamicTiling's per-kernel struct (int64 fields, then two TCubeTiling field sets as int32). */\n");
+    s.push_str("struct AfTiling {\n");
+    for f in ASCEND_TILING_FIELDS {
+        let _ = writeln!(s, "    int64_t {f};");
+    }
+    s.push_str("    int32_t cube[2][AF_CF];\n};\n");
+    let _ = writeln!(s, "static_assert(sizeof(AfTiling) == {}, \"AfTiling layout\");", crate::abi::ascend_tiling_bytes());
+    s.push_str(ASC_HELPERS);
+    s
+}
+
+const ASC_HELPERS: &str = r#"
+/* Read kernel `k`'s tiling from GM once (scalar reads go through the data cache; doc §4.1). */
+__aicore__ inline void af_load_tiling(GM_ADDR tilings, int64_t k, AfTiling &t) {
+    AscendC::GlobalTensor<int64_t> w;
+    w.SetGlobalBuffer((__gm__ int64_t *)(tilings + k * sizeof(AfTiling)), sizeof(AfTiling) / 8);
+    int64_t *dst = reinterpret_cast<int64_t *>(&t);
+    for (uint32_t i = 0; i < sizeof(AfTiling) / 8; ++i) dst[i] = w.GetValue(i);
+}
+__aicore__ inline void af_load_dims(GM_ADDR args, int64_t *dims) {
+    AscendC::GlobalTensor<int64_t> w;
+    w.SetGlobalBuffer((__gm__ int64_t *)args, AF_MAX_DIMS);
+    for (int i = 0; i < AF_MAX_DIMS; ++i) dims[i] = w.GetValue(i);
+}
+__aicore__ inline GM_ADDR af_buf(GM_ADDR args, int64_t i) {
+    AscendC::GlobalTensor<uint64_t> w;
+    w.SetGlobalBuffer((__gm__ uint64_t *)args + AF_MAX_DIMS + i, 1);
+    return (GM_ADDR)(uintptr_t)w.GetValue(0);
+}
+__aicore__ inline int64_t af_min(int64_t a, int64_t b) { return a < b ? a : b; }
+__aicore__ inline int64_t af_max(int64_t a, int64_t b) { return a > b ? a : b; }
+/* Scalar math on the vector unit: one value through an 8-float UB scratch (doc §2.2). */
+__aicore__ inline float af_s_exp(AscendC::LocalTensor<float> &s, float x) { s.SetValue(0, x); AscendC::Exp(s, s, 1); return s.GetValue(0); }
+__aicore__ inline float af_s_ln(AscendC::LocalTensor<float> &s, float x) { s.SetValue(0, x); AscendC::Ln(s, s, 1); return s.GetValue(0); }
+__aicore__ inline float af_s_sqrt(AscendC::LocalTensor<float> &s, float x) { s.SetValue(0, x); AscendC::Sqrt(s, s, 1); return s.GetValue(0); }
+__aicore__ inline float af_s_round(AscendC::LocalTensor<float> &s, AscendC::LocalTensor<half> &h, float x) {
+    s.SetValue(0, x); AscendC::Cast<half, float>(h, s, AscendC::RoundMode::CAST_RINT, 1); AscendC::Cast<float, half>(s, h, AscendC::RoundMode::CAST_NONE, 1); return s.GetValue(0);
+}
+__aicore__ inline float af_s_round_bf(AscendC::LocalTensor<float> &s, AscendC::LocalTensor<bfloat16_t> &h, float x) {
+    s.SetValue(0, x); AscendC::Cast<bfloat16_t, float>(h, s, AscendC::RoundMode::CAST_RINT, 1); AscendC::Cast<float, bfloat16_t>(s, h, AscendC::RoundMode::CAST_NONE, 1); return s.GetValue(0);
+}
+__aicore__ inline float af_s_tanh(AscendC::LocalTensor<float> &s, float x) { return 2.0f / (1.0f + af_s_exp(s, -2.0f * x)) - 1.0f; }
+__aicore__ inline float af_s_sigmoid(AscendC::LocalTensor<float> &s, float x) { return 1.0f / (1.0f + af_s_exp(s, -x)); }
+/* erf by Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7). */
+__aicore__ inline float af_s_erf(AscendC::LocalTensor<float> &s, float x) {
+    const float a = x < 0.0f ? -x : x, t = 1.0f / (1.0f + 0.3275911f * a);
+    const float p = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+    const float e = 1.0f - p * af_s_exp(s, -a * a);
+    return x < 0.0f ? -e : e;
+}
+"#;
+
+/// UB layout of one rows job: named queues and float slots, all `chunk` columns wide.
+#[derive(Default)]
+struct Ub {
+    /// (name, dtype, in or out)
+    queues: Vec<(String, DType, bool)>,
+    slots: usize,
+}
+
+impl Ub {
+    fn queue(&mut self, name: String, d: DType, input: bool) -> String {
+        if !self.queues.iter().any(|q| q.0 == name) {
+            self.queues.push((name.clone(), d, input));
+        }
+        name
+    }
+    fn slot(&mut self) -> String {
+        self.slots += 1;
+        format!("sl[{}]", self.slots - 1)
+    }
+    /// UB bytes per column: queues double-buffered, slots, three temporaries, a half temp.
+    fn per_col(&self) -> u32 {
+        self.queues.iter().map(|q| 2 * dsize(q.1)).sum::<u32>() + 4 * (self.slots as u32 + 3) + 2 + 1
+    }
+    /// Declarations at kernel scope (after any REGIST_MATMUL_OBJ: doc §1.4, split mode).
+    fn decls(&self, ind: &str) -> String {
+        let mut s = String::new();
+        for (name, d, input) in &self.queues {
+            let pos = if *input { "VECIN" } else { "VECOUT" };
+            let _ = writeln!(s, "{ind}AscendC::TQue<AscendC::TPosition::{pos}, 1> {name};");
+            let _ = writeln!(s, "{ind}pipe.InitBuffer({name}, 2, (uint32_t)(CH * sizeof({})));", ascend_type(*d));
+        }
+        let _ = writeln!(s, "{ind}AscendC::TBuf<AscendC::TPosition::VECCALC> work, halfb, scal;");
+        let _ = writeln!(s, "{ind}pipe.InitBuffer(work, (uint32_t)(CH * sizeof(float) * {}));", self.slots + 3);
+        let _ = writeln!(s, "{ind}pipe.InitBuffer(halfb, (uint32_t)(CH * sizeof(half) + 32));");
+        let _ = writeln!(s, "{ind}pipe.InitBuffer(scal, (uint32_t)(64 + ((2 * ((CH + 63) / 64) + 7) / 8) * 32));");
+        let _ = writeln!(s, "{ind}AscendC::LocalTensor<float> wk = work.Get<float>(), sc = scal.Get<float>(), rd = sc, rt = sc[8];");
+        let _ = writeln!(s, "{ind}AscendC::LocalTensor<half> hb = halfb.Get<half>();");
+        let _ = writeln!(s, "{ind}AscendC::LocalTensor<bfloat16_t> bb = halfb.Get<bfloat16_t>();");
+        let _ = writeln!(s, "{ind}AscendC::LocalTensor<float> sl[{}];", self.slots.max(1));
+        let _ = writeln!(s, "{ind}for (int i = 0; i < {}; ++i) sl[i] = wk[(uint32_t)(i * CH)];", self.slots);
+        let _ = writeln!(s, "{ind}AscendC::LocalTensor<float> ta = wk[(uint32_t)({} * CH)], tb = wk[(uint32_t)({} * CH)], tc = wk[(uint32_t)({} * CH)];", self.slots, self.slots + 1, self.slots + 2);
+        let _ = writeln!(s, "{ind}(void)hb; (void)bb; (void)ta; (void)tb; (void)tc; (void)rd; (void)rt;");
+        s
+    }
+}
+
+/// One rows job: compute `nodes` over the columns `[col0, col0 + ncols)` of one row of
+/// `space`, reading external values per `srcs` (or pre-set f32 rows), storing `outs`.
+struct Job<'a> {
+    g: &'a Graph,
+    space: Shape,
+    nodes: Vec<NodeId>,
+    srcs: BTreeMap<NodeId, Src>,
+    /// Stored values: (node, GM tensor, offset of column `col0` of this row, GM dtype).
+    outs: Vec<(NodeId, String, String, DType)>,
+    /// Row index of the second-to-last axis (for the causal mask), a C expression.
+    row_i: String,
+    /// Expression of `cols - rows` of the causal mask's last two axes.
+    causal_shift: String,
+    col0: String,
+    ncols: String,
+    tag: String,
+}
+
+fn unary_seq(out: &mut String, ind: &str, u: UnaryOp, dst: &str, x: &str, n: &str) {
+    let w = |out: &mut String, l: String| {
+        let _ = writeln!(out, "{ind}{l}");
+    };
+    match u {
+        UnaryOp::Neg => w(out, format!("AscendC::Muls({dst}, {x}, -1.0f, {n});")),
+        UnaryOp::Exp => w(out, format!("AscendC::Exp({dst}, {x}, {n});")),
+        UnaryOp::Log => w(out, format!("AscendC::Ln({dst}, {x}, {n});")),
+        UnaryOp::Sqrt => w(out, format!("AscendC::Sqrt({dst}, {x}, {n});")),
+        // Rsqrt misses 1e-4 on float (doc §2.2): Sqrt, then 1 / x with Div.
+        UnaryOp::Rsqrt => {
+            w(out, format!("AscendC::Sqrt({dst}, {x}, {n});"));
+            w(out, format!("AscendC::Duplicate(tc, 1.0f, {n});"));
+            w(out, format!("AscendC::Div({dst}, tc, {dst}, {n});"));
+        }
+        UnaryOp::Relu => w(out, format!("AscendC::Relu({dst}, {x}, {n});")),
+        // tanh x = 2 / (1 + e^(-2x)) - 1: saturates to +-1 without inf - inf.
+        UnaryOp::Tanh => {
+            w(out, format!("AscendC::Muls({dst}, {x}, -2.0f, {n});"));
+            w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
+            w(out, format!("AscendC::Adds({dst}, {dst}, 1.0f, {n});"));
+            w(out, format!("AscendC::Duplicate(tc, 2.0f, {n});"));
+            w(out, format!("AscendC::Div({dst}, tc, {dst}, {n});"));
+            w(out, format!("AscendC::Adds({dst}, {dst}, -1.0f, {n});"));
+        }
+        UnaryOp::Sigmoid | UnaryOp::Silu => {
+            w(out, format!("AscendC::Muls({dst}, {x}, -1.0f, {n});"));
+            w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
+            w(out, format!("AscendC::Adds({dst}, {dst}, 1.0f, {n});"));
+            w(out, format!("AscendC::Duplicate(tc, 1.0f, {n});"));
+            w(out, format!("AscendC::Div({dst}, tc, {dst}, {n});"));
+            if u == UnaryOp::Silu {
+                w(out, format!("AscendC::Mul({dst}, {dst}, {x}, {n});"));
+            }
+        }
+        // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x + 0.5 |x| erf(|x| / sqrt 2), erf by
+        // Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7) on Exp.
+        UnaryOp::Gelu => {
+            w(out, format!("AscendC::Abs(ta, {x}, {n});"));
+            w(out, format!("AscendC::Muls(tb, ta, 0.231641900f, {n}); /* p / sqrt 2 */"));
+            w(out, format!("AscendC::Adds(tb, tb, 1.0f, {n});"));
+            w(out, format!("AscendC::Duplicate(tc, 1.0f, {n});"));
+            w(out, format!("AscendC::Div(tb, tc, tb, {n}); /* t */"));
+            w(out, format!("AscendC::Muls(tc, tb, 1.061405429f, {n});"));
+            for a in ["-1.453152027f", "1.421413741f", "-0.284496736f", "0.254829592f"] {
+                w(out, format!("AscendC::Adds(tc, tc, {a}, {n});"));
+                w(out, format!("AscendC::Mul(tc, tc, tb, {n});"));
+            }
+            w(out, format!("AscendC::Mul(tb, ta, ta, {n});"));
+            w(out, format!("AscendC::Muls(tb, tb, -0.5f, {n});"));
+            w(out, format!("AscendC::Exp(tb, tb, {n});"));
+            w(out, format!("AscendC::Mul(tc, tc, tb, {n});"));
+            w(out, format!("AscendC::Muls(tc, tc, -1.0f, {n});"));
+            w(out, format!("AscendC::Adds(tc, tc, 1.0f, {n}); /* erf(|x| / sqrt 2) */"));
+            w(out, format!("AscendC::Mul(tc, tc, ta, {n});"));
+            w(out, format!("AscendC::Add({dst}, tc, {x}, {n});"));
+            w(out, format!("AscendC::Muls({dst}, {dst}, 0.5f, {n});"));
+        }
+        // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+        UnaryOp::GeluTanh => {
+            w(out, format!("AscendC::Mul(ta, {x}, {x}, {n});"));
+            w(out, format!("AscendC::Mul(ta, ta, {x}, {n});"));
+            w(out, format!("AscendC::Muls(ta, ta, 0.044715f, {n});"));
+            w(out, format!("AscendC::Add(ta, ta, {x}, {n});"));
+            w(out, format!("AscendC::Muls(ta, ta, -1.595769122f, {n}); /* -2 sqrt(2 / pi) */"));
+            w(out, format!("AscendC::Exp(ta, ta, {n});"));
+            w(out, format!("AscendC::Adds(ta, ta, 1.0f, {n});"));
+            w(out, format!("AscendC::Duplicate(tc, 2.0f, {n});"));
+            w(out, format!("AscendC::Div(ta, tc, ta, {n}); /* 1 + tanh */"));
+            w(out, format!("AscendC::Mul({dst}, ta, {x}, {n});"));
+            w(out, format!("AscendC::Muls({dst}, {dst}, 0.5f, {n});"));
+        }
+    }
+}
+
+fn unary_scalar(u: UnaryOp, x: &str) -> String {
+    match u {
+        UnaryOp::Neg => format!("(-{x})"),
+        UnaryOp::Exp => format!("af_s_exp(sc, {x})"),
+        UnaryOp::Log => format!("af_s_ln(sc, {x})"),
+        UnaryOp::Sqrt => format!("af_s_sqrt(sc, {x})"),
+        UnaryOp::Rsqrt => format!("(1.0f / af_s_sqrt(sc, {x}))"),
+        UnaryOp::Tanh => format!("af_s_tanh(sc, {x})"),
+        UnaryOp::Sigmoid => format!("af_s_sigmoid(sc, {x})"),
+        UnaryOp::Relu => format!("({x} > 0.0f ? {x} : 0.0f)"),
+        UnaryOp::Gelu => format!("(0.5f * {x} * (1.0f + af_s_erf(sc, {x} * 0.70710678f)))"),
+        UnaryOp::GeluTanh => format!("(0.5f * {x} * (1.0f + af_s_tanh(sc, 0.7978845608f * ({x} + 0.044715f * {x} * {x} * {x}))))"),
+        UnaryOp::Silu => format!("({x} * af_s_sigmoid(sc, {x}))"),
+    }
+}
+
+fn binary_scalar(b: BinaryOp, x: &str, y: &str) -> String {
+    match b {
+        BinaryOp::Add => format!("({x} + {y})"),
+        BinaryOp::Sub => format!("({x} - {y})"),
+        BinaryOp::Mul => format!("({x} * {y})"),
+        BinaryOp::Div => format!("({x} / {y})"),
+        BinaryOp::Pow => format!("af_s_exp(sc, {y} * af_s_ln(sc, {x}))"),
+        BinaryOp::Max => format!("({x} > {y} ? {x} : {y})"),
+        BinaryOp::Min => format!("({x} < {y} ? {x} : {y})"),
+    }
+}
+
+/// A binary op into `dst` with tensor and/or scalar operands (count form).
+fn binary_seq(out: &mut String, ind: &str, b: BinaryOp, dst: &str, x: &V, y: &V, n: &str) {
+    let w = |out: &mut String, l: String| {
+        let _ = writeln!(out, "{ind}{l}");
+    };
+    let api = |b: BinaryOp| match b {
+        BinaryOp::Add => "Add",
+        BinaryOp::Sub => "Sub",
+        BinaryOp::Mul => "Mul",
+        BinaryOp::Div => "Div",
+        BinaryOp::Max => "Max",
+        BinaryOp::Min => "Min",
+        BinaryOp::Pow => unreachable!(),
+    };
+    match (b, x, y) {
+        // a^b = exp(b ln a) (a > 0, as the vector unit has no pow); squares exactly.
+        (BinaryOp::Pow, V::T(a), V::S(e)) if e == "2.0f" => w(out, format!("AscendC::Mul({dst}, {a}, {a}, {n});")),
+        (BinaryOp::Pow, V::T(a), V::S(e)) if e == "0.5f" => w(out, format!("AscendC::Sqrt({dst}, {a}, {n});")),
+        (BinaryOp::Pow, V::T(a), V::S(e)) => {
+            w(out, format!("AscendC::Ln({dst}, {a}, {n});"));
+            w(out, format!("AscendC::Muls({dst}, {dst}, {e}, {n});"));
+            w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
+        }
+        (BinaryOp::Pow, a, e) => {
+            let a = materialise(out, ind, a, "ta", n);
+            let e = materialise(out, ind, e, "tb", n);
+            w(out, format!("AscendC::Ln({dst}, {a}, {n});"));
+            w(out, format!("AscendC::Mul({dst}, {dst}, {e}, {n});"));
+            w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
+        }
+        (_, V::T(a), V::T(c)) => w(out, format!("AscendC::{}({dst}, {a}, {c}, {n});", api(b))),
+        (BinaryOp::Add, V::T(a), V::S(s)) | (BinaryOp::Add, V::S(s), V::T(a)) => w(out, format!("AscendC::Adds({dst}, {a}, (float)({s}), {n});")),
+        (BinaryOp::Mul, V::T(a), V::S(s)) | (BinaryOp::Mul, V::S(s), V::T(a)) => w(out, format!("AscendC::Muls({dst}, {a}, (float)({s}), {n});")),
+        (BinaryOp::Max, V::T(a), V::S(s)) | (BinaryOp::Max, V::S(s), V::T(a)) => w(out, format!("AscendC::Maxs({dst}, {a}, (float)({s}), {n});")),
+        (BinaryOp::Min, V::T(a), V::S(s)) | (BinaryOp::Min, V::S(s), V::T(a)) => w(out, format!("AscendC::Mins({dst}, {a}, (float)({s}), {n});")),
+        (BinaryOp::Sub, V::T(a), V::S(s)) => w(out, format!("AscendC::Adds({dst}, {a}, -(float)({s}), {n});")),
+        (BinaryOp::Div, V::T(a), V::S(s)) => {
+            w(out, format!("AscendC::Duplicate(tc, (float)({s}), {n});"));
+            w(out, format!("AscendC::Div({dst}, {a}, tc, {n});"));
+        }
+        (BinaryOp::Sub, V::S(s), V::T(a)) => {
+            w(out, format!("AscendC::Muls({dst}, {a}, -1.0f, {n});"));
+            w(out, format!("AscendC::Adds({dst}, {dst}, (float)({s}), {n});"));
+        }
+        (BinaryOp::Div, V::S(s), V::T(a)) => {
+            w(out, format!("AscendC::Duplicate(tc, (float)({s}), {n});"));
+            w(out, format!("AscendC::Div({dst}, tc, {a}, {n});"));
+        }
+        (_, V::S(a), V::S(c)) => w(out, format!("AscendC::Duplicate({dst}, (float)({}), {n});", binary_scalar(b, a, c))),
+    }
+}
+
+fn materialise(out: &mut String, ind: &str, v: &V, tmp: &str, n: &str) -> String {
+    match v {
+        V::T(t) => t.clone(),
+        V::S(s) => {
+            let _ = writeln!(out, "{ind}AscendC::Duplicate({tmp}, (float)({s}), {n});");
+            tmp.to_string()
+        }
+    }
+}
+
+/// Round a float slot to `d` and back, as the reference rounds f16/bf16 values where they are
+/// computed.
+fn round_seq(out: &mut String, ind: &str, d: DType, dst: &str, n: &str) {
+    match d {
+        DType::F32 => {}
+        DType::F16 => {
+            let _ = writeln!(out, "{ind}AscendC::Cast<half, float>(hb, {dst}, AscendC::RoundMode::CAST_RINT, {n});");
+            let _ = writeln!(out, "{ind}AscendC::Cast<float, half>({dst}, hb, AscendC::RoundMode::CAST_NONE, {n});");
+        }
+        DType::BF16 => {
+            let _ = writeln!(out, "{ind}AscendC::Cast<bfloat16_t, float>(bb, {dst}, AscendC::RoundMode::CAST_RINT, {n});");
+            let _ = writeln!(out, "{ind}AscendC::Cast<float, bfloat16_t>({dst}, bb, AscendC::RoundMode::CAST_NONE, {n});");
+        }
+    }
+}
+
+fn round_scalar(d: DType, e: String) -> String {
+    match d {
+        DType::F32 => e,
+        DType::F16 => format!("af_s_round(sc, hb, {e})"),
+        DType::BF16 => format!("af_s_round_bf(sc, bb, {e})"),
+    }
+}
+
+impl Job<'_> {
+    fn full(&self, id: NodeId) -> bool {
+        let g = self.g;
+        let mut row = self.space.clone();
+        *row.last_mut().unwrap() = DimExpr::constant(1);
+        self.space == row || iter_shape(g, id) == self.space && !matches!(g.node(id).op, Op::Reduce { .. })
+    }
+
+    /// Emit the code of one row (accesses' `acN_row` offsets already computed).
+    fn emit(&self, ub: &mut Ub, ind: &str) -> String {
+        let g = self.g;
+        let members: BTreeSet<NodeId> = self.nodes.iter().copied().collect();
+        let mut out = String::new();
+        // Phases as in the host generator: a full-width op runs in the chunk loop of its
+        // phase; a reduction accumulates in loop `a` and is ready after it.
+        let mut phase: BTreeMap<NodeId, usize> = BTreeMap::new();
+        let mut level: BTreeMap<NodeId, usize> = BTreeMap::new();
+        let mut reduce_loop: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for (&s, _) in self.srcs.iter().filter(|(_, s)| !matches!(s, Src::Scalar { .. })) {
+            phase.insert(s, 0);
+        }
+        for &m in &self.nodes {
+            let n = g.node(m);
+            let a = n.inputs.iter().map(|i| phase.get(i).or(level.get(i)).copied().unwrap_or(0)).max().unwrap_or(0);
+            if matches!(n.op, Op::Reduce { .. }) {
+                reduce_loop.insert(m, a);
+                level.insert(m, a + 1);
+            } else if self.full(m) {
+                phase.insert(m, a);
+            } else {
+                level.insert(m, a);
+            }
+        }
+        let n_loops = phase.values().chain(reduce_loop.values()).map(|p| p + 1).max().unwrap_or(0);
+        let t = &self.tag;
+        // Scalar sources: one read per row.
+        for (id, s) in &self.srcs {
+            if let Src::Scalar { gm, off, d } = s {
+                let v = if *d == DType::F32 { format!("{gm}.GetValue({off})") } else { format!("static_cast<float>({gm}.GetValue({off}))") };
+                let _ = writeln!(out, "{ind}const float {t}s{} = {v}; /* {} */", id.0, g.node(*id).name);
+            }
+        }
+        let scal = |id: NodeId| format!("{t}s{}", id.0);
+        let value_of = |id: NodeId, slots: &BTreeMap<NodeId, String>| -> V {
+            let n = g.node(id);
+            if let Op::Const { value } = n.op {
+                return V::S(c_float(value));
+            }
+            if let Some(sl) = slots.get(&id) {
+                return V::T(sl.clone());
+            }
+            V::S(scal(id))
+        };
+        // Row values of a level (scalars).
+        let row_vals = |lvl: usize, out: &mut String| {
+            for &m in &self.nodes {
+                if level.get(&m) != Some(&lvl) {
+                    continue;
+                }
+                let n = g.node(m);
+                let e = match &n.op {
+                    Op::Reduce { kind: ReduceKind::Mean, .. } => format!("{t}acc{} / (float)({})", m.0, self.reduce_len()),
+                    Op::Reduce { .. } => format!("{t}acc{}", m.0),
+                    op => {
+                        let ops: Vec<String> = n.inputs.iter().map(|i| match value_of(*i, &BTreeMap::new()) {
+                            V::S(s) => s,
+                            V::T(_) => unreachable!("a row value reads a full-width value"),
+                        }).collect();
+                        match op {
+                            Op::Unary(u) => unary_scalar(*u, &ops[0]),
+                            Op::Binary(b) => binary_scalar(*b, &ops[0], &ops[1]),
+                            Op::Cast | Op::Copy => ops[0].clone(),
+                            op => unreachable!("{} as a row value", op.name()),
+                        }
+                    }
+                };
+                let _ = writeln!(out, "{ind}const float {} = {}; /* {} */", scal(m), round_scalar(n.dtype, e), n.name);
+            }
+        };
+        row_vals(0, &mut out);
+        for p in 0..n_loops {
+            // What this loop computes: its own full-width members, the inputs of its
+            // reductions, and (recomputed) everything of earlier phases they need.
+            let mut need: BTreeSet<NodeId> = BTreeSet::new();
+            let mut stack: Vec<NodeId> = phase.iter().filter(|(_, q)| **q == p).map(|(m, _)| *m).filter(|m| members.contains(m)).collect();
+            stack.extend(reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| g.node(*m).inputs[0]));
+            stack.extend(self.outs.iter().map(|o| o.0).filter(|o| phase.get(o) == Some(&p)));
+            while let Some(x) = stack.pop() {
+                if phase.contains_key(&x) && need.insert(x) && members.contains(&x) {
+                    stack.extend(g.node(x).inputs.iter().copied());
+                }
+            }
+            let reds: Vec<NodeId> = reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| *m).collect();
+            let is_max = |m: NodeId| matches!(g.node(m).op, Op::Reduce { kind: ReduceKind::Max, .. });
+            for &m in &reds {
+                let init = if is_max(m) { "-INFINITY" } else { "0.0f" };
+                let _ = writeln!(out, "{ind}float {t}acc{} = {init};", m.0);
+            }
+            let _ = writeln!(out, "{ind}for (int64_t c0 = 0; c0 < {}; c0 += CH) {{", self.ncols);
+            let i2 = format!("{ind}    ");
+            let _ = writeln!(out, "{i2}const int32_t cn = (int32_t)af_min(CH, {} - c0);", self.ncols);
+            // CopyIn.
+            let mut slots: BTreeMap<NodeId, String> = BTreeMap::new();
+            let mut deq: Vec<(String, String, DType)> = Vec::new();
+            for (&id, s) in &self.srcs {
+                if !need.contains(&id) {
+                    continue;
+                }
+                match s {
+                    Src::Row { gm, off, d } => {
+                        let q = ub.queue(format!("{t}q{}", id.0), *d, true);
+                        let ty = ascend_type(*d);
+                        let _ = writeln!(out, "{i2}{{ /* CopyIn {} */", g.node(id).name);
+                        let _ = writeln!(out, "{i2}    AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
+                        let _ = writeln!(out, "{i2}    AscendC::DataCopyPad(x, {gm}[{off} + c0], AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}}, AscendC::DataCopyPadExtParams<{ty}>{{false, 0, 0, 0}});");
+                        let _ = writeln!(out, "{i2}    {q}.EnQue(x);\n{i2}}}");
+                        deq.push((q, format!("{t}x{}", id.0), *d));
+                    }
+                    Src::Gather { gm, off, col0, stride, d } => {
+                        let sl = ub.slot();
+                        let cv = if *d == DType::F32 { format!("{gm}.GetValue({off} + ({col0} + c0 + j) * ({stride}))") } else { format!("static_cast<float>({gm}.GetValue({off} + ({col0} + c0 + j) * ({stride})))") };
+                        let _ = writeln!(out, "{i2}for (int32_t j = 0; j < cn; ++j) {sl}.SetValue(j, {cv}); /* gather {} (strided view) */", g.node(id).name);
+                        slots.insert(id, sl);
+                    }
+                    Src::Scalar { .. } => {}
+                }
+            }
+            // Compute.
+            let mut frees = Vec::new();
+            for (q, x, d) in &deq {
+                let ty = ascend_type(*d);
+                let _ = writeln!(out, "{i2}AscendC::LocalTensor<{ty}> {x} = {q}.DeQue<{ty}>();");
+                let id = NodeId(x[t.len() + 1..].parse().unwrap());
+                if *d == DType::F32 {
+                    slots.insert(id, x.clone());
+                } else {
+                    let sl = ub.slot();
+                    let _ = writeln!(out, "{i2}AscendC::Cast<float, {ty}>({sl}, {x}, AscendC::RoundMode::CAST_NONE, cn);");
+                    slots.insert(id, sl);
+                }
+                frees.push(format!("{q}.FreeTensor({x});"));
+            }
+            for &m in &self.nodes {
+                if !need.contains(&m) && !reds.contains(&m) {
+                    continue;
+                }
+                let n = g.node(m);
+                if reds.contains(&m) {
+                    let x = value_of(n.inputs[0], &slots);
+                    match (x, is_max(m)) {
+                        (V::T(x), false) => {
+                            let _ = writeln!(out, "{i2}AscendC::ReduceSum<float>(rd, {x}, rt, cn);");
+                            let _ = writeln!(out, "{i2}{t}acc{} += rd.GetValue(0); /* {} */", m.0, n.name);
+                        }
+                        (V::T(x), true) => {
+                            let _ = writeln!(out, "{i2}AscendC::ReduceMax<float>(rd, {x}, rt, cn);");
+                            let _ = writeln!(out, "{i2}{{ const float v = rd.GetValue(0); {t}acc{0} = v > {t}acc{0} ? v : {t}acc{0}; }} /* {1} */", m.0, n.name);
+                        }
+                        (V::S(s), false) => {
+                            let _ = writeln!(out, "{i2}{t}acc{} += (float)cn * ({s}); /* {} */", m.0, n.name);
+                        }
+                        (V::S(s), true) => {
+                            let _ = writeln!(out, "{i2}{t}acc{0} = ({s}) > {t}acc{0} ? ({s}) : {t}acc{0}; /* {1} */", m.0, n.name);
+                        }
+                    }
+                    continue;
+                }
+                let dst = ub.slot();
+                let ops: Vec<V> = n.inputs.iter().map(|i| value_of(*i, &slots)).collect();
+                let _ = writeln!(out, "{i2}/* {} = {} */", n.name, n.op.name());
+                match &n.op {
+                    Op::Unary(u) => {
+                        let x = materialise(&mut out, &i2, &ops[0], "ta", "cn");
+                        unary_seq(&mut out, &i2, *u, &dst, &x, "cn");
+                    }
+                    Op::Binary(b) => binary_seq(&mut out, &i2, *b, &dst, &ops[0], &ops[1], "cn"),
+                    Op::Cast | Op::Copy => match &ops[0] {
+                        V::T(x) => {
+                            let _ = writeln!(out, "{i2}AscendC::Adds({dst}, {x}, 0.0f, cn);");
+                        }
+                        V::S(s) => {
+                            let _ = writeln!(out, "{i2}AscendC::Duplicate({dst}, (float)({s}), cn);");
+                        }
+                    },
+                    Op::CausalMask => {
+                        // Keys j <= i + (cols - rows) stay; the rest become -inf. The boundary
+                        // is rarely 32-byte aligned: the unaligned head is written by the
+                        // scalar unit, the aligned rest by Duplicate.
+                        let x = materialise(&mut out, &i2, &ops[0], "ta", "cn");
+                        let _ = writeln!(out, "{i2}AscendC::Adds({dst}, {x}, 0.0f, cn);");
+                        let _ = writeln!(out, "{i2}{{\n{i2}    const int64_t keep = af_max(0, af_min(cn, {} + ({}) + 1 - ({} + c0)));", self.row_i, self.causal_shift, self.col0);
+                        let _ = writeln!(out, "{i2}    const int64_t al = af_min(cn, (keep + 7) / 8 * 8);");
+                        let _ = writeln!(out, "{i2}    for (int64_t j = keep; j < al; ++j) {dst}.SetValue((uint32_t)j, -INFINITY);");
+                        let _ = writeln!(out, "{i2}    if (al < cn) AscendC::Duplicate({dst}[(uint32_t)al], -INFINITY, (int32_t)(cn - al));\n{i2}}}");
+                    }
+                    op => unreachable!("{} in a rows job", op.name()),
+                }
+                round_seq(&mut out, &i2, n.dtype, &dst, "cn");
+                slots.insert(m, dst);
+            }
+            // CopyOut of the values this phase owns.
+            for (id, gm, off, d) in &self.outs {
+                if phase.get(id) != Some(&p) {
+                    continue;
+                }
+                let d = *d;
+                let ty = ascend_type(d);
+                let q = ub.queue(format!("{t}o{}", id.0), d, false);
+                let v = materialise(&mut out, &i2, &value_of(*id, &slots), "ta", "cn");
+                let _ = writeln!(out, "{i2}{{ /* CopyOut {} */", g.node(*id).name);
+                let _ = writeln!(out, "{i2}    AscendC::LocalTensor<{ty}> y = {q}.AllocTensor<{ty}>();");
+                if d == DType::F32 {
+                    let _ = writeln!(out, "{i2}    AscendC::Adds(y, {v}, 0.0f, cn);");
+                } else {
+                    let _ = writeln!(out, "{i2}    AscendC::Cast<{ty}, float>(y, {v}, AscendC::RoundMode::CAST_RINT, cn);");
+                }
+                let _ = writeln!(out, "{i2}    {q}.EnQue(y);\n{i2}    y = {q}.DeQue<{ty}>();");
+                let _ = writeln!(out, "{i2}    AscendC::DataCopyPad({gm}[{off} + c0], y, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}});");
+                let _ = writeln!(out, "{i2}    {q}.FreeTensor(y);\n{i2}}}");
+            }
+            for f in frees {
+                let _ = writeln!(out, "{i2}{f}");
+            }
+            let _ = writeln!(out, "{ind}}}");
+            row_vals(p + 1, &mut out);
+        }
+        // Row values that are outputs (a reduction's result, a statistic).
+        for (id, gm, off, d) in &self.outs {
+            if phase.contains_key(id) {
+                continue;
+            }
+            let d = *d;
+            let v = match value_of(*id, &BTreeMap::new()) {
+                V::S(s) => s,
+                V::T(_) => unreachable!(),
+            };
+            let conv = match d {
+                DType::F32 => v,
+                _ => format!("static_cast<{}>({v})", ascend_type(d)),
+            };
+            let _ = writeln!(out, "{ind}{gm}.SetValue({off}, {conv}); /* {} */", g.node(*id).name);
+            let _ = writeln!(out, "{ind}AscendC::DataCacheCleanAndInvalid<{}, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>({gm}[{off}]);", ascend_type(d));
+        }
+        out
+    }
+
+    fn reduce_len(&self) -> String {
+        self.ncols.clone()
+    }
+}
+
+/// Per-kernel generation state.
+struct K<'g> {
+    em: Emitter<'g>,
+    /// Module table index of each kernel-local buffer.
+    table: Vec<usize>,
+    ub: Ub,
+    body: String,
+}
+
+impl K<'_> {
+    fn gm(&self, b: usize) -> String {
+        format!("g{b}")
+    }
+    /// The source of external value `v` read in `sp` (access declared), over the column
+    /// window starting at `col0`.
+    fn src(&mut self, sp: &mut Space, v: NodeId, col0: &str) -> Src {
+        let a = self.em.access(sp, v);
+        let base = resolve(self.em.g, v).base;
+        let gm = self.gm(self.em.buf[&base]);
+        let d = self.em.g.node(v).dtype;
+        let off = format!("{}_row{a}", sp.tag);
+        match self.em.col_stride.get(&a) {
+            Some(1) => Src::Row { gm, off: format!("{off} + {col0}"), d },
+            Some(0) => Src::Scalar { gm, off, d },
+            _ => Src::Gather { gm, off, col0: col0.to_string(), stride: format!("ac{a}_s{}", sp.shape.len() - 1), d },
+        }
+    }
+}
+
+/// The row offsets of every access of `sp` for row `row` (named `<tag>_row<a>`).
+fn row_offsets(em: &Emitter, sp: &Space, row: &str, ind: &str) -> String {
+    let pro = em.row_prologue(sp, row, ind);
+    // row_prologue names them acN_row; rename per space so several spaces can coexist.
+    let mut s = pro;
+    for a in sp.accesses.values() {
+        s = s.replace(&format!("const int64_t ac{a}_row ="), &format!("const int64_t {}_row{a} =", sp.tag));
+    }
+    s
+}
+
+fn ext_inputs(g: &Graph, nodes: &[NodeId], members: &BTreeSet<NodeId>) -> Vec<NodeId> {
+    let mut v = Vec::new();
+    for &m in nodes {
+        for &i in &g.node(m).inputs {
+            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) && !v.contains(&i) {
+                v.push(i);
+            }
+        }
+    }
+    v
+}
+
+fn gen_rows(k: &mut K, grp: &Group) -> Work {
+    let g = k.em.g;
+    let space = space_of(g, &grp.nodes).expect("planner checked the space");
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let mut sp = Space { tag: "x", shape: space.clone(), accesses: BTreeMap::new() };
+    let mut srcs = BTreeMap::new();
+    for i in ext_inputs(g, &grp.nodes, &members) {
+        let s = k.src(&mut sp, i, "0");
+        srcs.insert(i, s);
+    }
+    let r = space.len();
+    let outs = grp.outputs.iter().map(|o| (*o, k.gm(k.em.buf[o]), if space_is_row(g, *o, &space) { "r".to_string() } else { "r * N".to_string() }, g.node(*o).dtype)).collect();
+    let row_i = if r >= 2 { format!("x_i{}", r - 2) } else { "0".into() };
+    let job = Job {
+        g,
+        space: space.clone(),
+        nodes: grp.nodes.clone(),
+        srcs,
+        outs,
+        row_i,
+        causal_shift: causal_shift(&k.em, &grp.nodes),
+        col0: "0".into(),
+        ncols: "N".into(),
+        tag: "x".into(),
+    };
+    let b = &mut k.body;
+    let _ = writeln!(b, "    const int64_t R = {}, N = {};", k.em.dim(&numel(&space[..r - 1].to_vec())), k.em.dim(&space[r - 1]));
+    let row = job.emit(&mut k.ub, "        ");
+    let b = &mut k.body;
+    b.push_str("    /*UB*/\n");
+    let _ = writeln!(b, "    for (int64_t r = aiv; r < R; r += naiv) {{");
+    b.push_str(&row_offsets(&k.em, &sp, "r", "        "));
+    b.push_str(&row);
+    let _ = writeln!(b, "    }}");
+    Work::Rows { rows: numel(&space[..r - 1].to_vec()), n: space[r - 1].clone(), row_buffers: 0 }
+}
+
+/// Whether output `o` is a per-row value (its last extent is 1 while the space's is not).
+fn space_is_row(g: &Graph, o: NodeId, space: &Shape) -> bool {
+    let s = &g.node(o).shape;
+    s.last().and_then(|d| d.as_const()) == Some(1) && space.last().and_then(|d| d.as_const()) != Some(1)
+}
+
+fn causal_shift(em: &Emitter, nodes: &[NodeId]) -> String {
+    let g = em.g;
+    nodes
+        .iter()
+        .find(|m| g.node(**m).op == Op::CausalMask)
+        .map(|m| {
+            let s = &g.node(*m).shape;
+            em.dim(&s[s.len() - 1].sub(&s[s.len() - 2]))
+        })
+        .unwrap_or_else(|| "0".into())
+}
+
+fn gen_concat(k: &mut K, grp: &Group) -> Work {
+    let g = k.em.g;
+    let id = grp.nodes[0];
+    let n = g.node(id);
+    let Op::Concat { axis } = n.op else { unreachable!() };
+    let shape = n.shape.clone();
+    let rank = shape.len();
+    let mut sp = Space { tag: "x", shape: shape.clone(), accesses: BTreeMap::new() };
+    let srcs: Vec<(NodeId, Src)> = n.inputs.iter().map(|i| (*i, k.src(&mut sp, *i, "0"))).collect();
+    let ob = k.gm(k.em.buf[&id]);
+    let ty = ascend_type(n.dtype);
+    let _ = writeln!(k.body, "    const int64_t R = {}, N = {};", k.em.dim(&numel(&shape[..rank - 1].to_vec())), k.em.dim(&shape[rank - 1]));
+    let mut code = String::new();
+    let mut start = DimExpr::constant(0);
+    let q = k.ub.queue("cq".into(), n.dtype, true);
+    for (i, s) in &srcs {
+        let ext = g.node(*i).shape[axis].clone();
+        let end = start.add(&ext);
+        let (st, en) = (k.em.dim(&start), k.em.dim(&end));
+        let a = sp.accesses[i];
+        // Along the last axis each input fills a column window; along another axis, a row
+        // comes from exactly one input. Offsets are corrected by -start along the axis.
+        let (cond, c_lo, c_hi) = if axis + 1 == rank { ("true".to_string(), st.clone(), en.clone()) } else { (format!("x_i{axis} >= ({st}) && x_i{axis} < ({en})"), "0".into(), "N".into()) };
+        let fix = format!("- ({st}) * ac{a}_s{axis}");
+        let _ = writeln!(code, "        if ({cond}) for (int64_t c0 = {c_lo}; c0 < {c_hi}; c0 += CH) {{ /* from {} */", g.node(*i).name);
+        let _ = writeln!(code, "            const int32_t cn = (int32_t)af_min(CH, ({c_hi}) - c0);");
+        let _ = writeln!(code, "            AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
+        match s {
+            Src::Row { gm, off, .. } => {
+                let _ = writeln!(code, "            AscendC::DataCopyPad(x, {gm}[{off} {fix} + c0], AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}}, AscendC::DataCopyPadExtParams<{ty}>{{false, 0, 0, 0}});");
+            }
+            Src::Scalar { gm, off, .. } => {
+                let _ = writeln!(code, "            for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {gm}.GetValue({off} {fix}));");
+            }
+            Src::Gather { gm, off, stride, .. } => {
+                let _ = writeln!(code, "            for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {gm}.GetValue({off} {fix} + (c0 + j) * ({stride})));");
+            }
+        }
+        let _ = writeln!(code, "            {q}.EnQue(x);\n            x = {q}.DeQue<{ty}>();");
+        let _ = writeln!(code, "            AscendC::PipeBarrier<PIPE_ALL>(); /* the copy out reads what MTE2 / the scalar unit wrote */");
+        let _ = writeln!(code, "            AscendC::DataCopyPad({ob}[r * N + c0], x, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}});");
+        let _ = writeln!(code, "            {q}.FreeTensor(x);\n        }}");
+        start = end;
+    }
+    let b = &mut k.body;
+    b.push_str("    /*UB*/\n");
+    let _ = writeln!(b, "    for (int64_t r = aiv; r < R; r += naiv) {{");
+    b.push_str(&row_offsets(&k.em, &sp, "r", "        "));
+    b.push_str(&code);
+    let _ = writeln!(b, "    }}");
+    Work::Rows { rows: numel(&shape[..rank - 1].to_vec()), n: shape[rank - 1].clone(), row_buffers: 0 }
+}
+
+/// How the Matmul API addresses an operand of `space` (`[batch.., rows, cols]`): `Some((trans,
+/// ld))` when one of the last two strides is 1 (ld = the other), `None` otherwise.
+fn mm_layout(em: &Emitter, sp: &Space, v: NodeId) -> Option<(bool, String)> {
+    let a = sp.accesses[&v];
+    let r = sp.shape.len();
+    let view = resolve(em.g, v);
+    let strides = crate::layout::space_strides(&view, &em.g.node(v).shape, r);
+    if em.g.node(v).dtype != DType::F32 {
+        return None;
+    }
+    if strides[r - 1].as_const() == Some(1) {
+        Some((false, format!("ac{a}_s{}", r - 2)))
+    } else if strides[r - 2].as_const() == Some(1) {
+        Some((true, format!("ac{a}_s{}", r - 1)))
+    } else {
+        None
+    }
+}
+
+fn gen_matmul(k: &mut K, grp: &Group) -> Work {
+    let g = k.em.g;
+    let anchor = grp.anchor.expect("matmul group has an anchor");
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let out_shape = g.node(anchor).shape.clone();
+    let r = out_shape.len();
+    let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
+    let k_dim = g.node(a_in).shape.last().unwrap().clone();
+    let batch: Shape = out_shape[..r - 2].to_vec();
+    let with = |x: DimExpr, y: DimExpr| {
+        let mut s = batch.clone();
+        s.push(x);
+        s.push(y);
+        s
+    };
+    let mut prologue = BTreeSet::new();
+    let mut stack = vec![anchor];
+    while let Some(x) = stack.pop() {
+        for i in &g.node(x).inputs {
+            if members.contains(i) && prologue.insert(*i) {
+                stack.push(*i);
+            }
+        }
+    }
+    let pro_nodes: Vec<NodeId> = grp.nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
+    let epi_nodes: Vec<NodeId> = grp.nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
+    let mut spa = Space { tag: "a", shape: with(out_shape[r - 2].clone(), k_dim.clone()), accesses: BTreeMap::new() };
+    let mut spb = Space { tag: "b", shape: with(k_dim.clone(), out_shape[r - 1].clone()), accesses: BTreeMap::new() };
+    let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
+    let em = &mut k.em;
+    let _ = writeln!(k.body, "    const int64_t BATCH = {}, M = {}, N = {}, K = {};", em.dim(&numel(&batch)), em.dim(&out_shape[r - 2]), em.dim(&out_shape[r - 1]), em.dim(&k_dim));
+    let _ = writeln!(k.body, "    const int64_t MC = t.mc, NC = t.nc, mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
+    let _ = writeln!(k.body, "    __gm__ float *uws = (__gm__ float *)AscendC::GetUserWorkspace(workspace);");
+    let _ = writeln!(k.body, "    int64_t stage = 0; /* floats of staged operands at the start of the user workspace */");
+    // Operand A: direct (the Matmul API reads the view) or staged by the AIVs.
+    let a_direct = if pro_nodes.is_empty() {
+        k.em.access(&mut spa, a_in);
+        mm_layout(&k.em, &spa, a_in)
+    } else {
+        None
+    };
+    let stage_a = a_direct.is_none();
+    let mut staged = String::new();
+    if stage_a {
+        // Stage A = the prologue's output (or the operand itself) as contiguous f32 rows.
+        let mut srcs = BTreeMap::new();
+        let pro_members: BTreeSet<NodeId> = pro_nodes.iter().copied().collect();
+        let nodes = pro_nodes.clone();
+        for i in ext_inputs(g, &pro_nodes, &pro_members) {
+            let s = k.src(&mut spa, i, "0");
+            srcs.insert(i, s);
+        }
+        if pro_nodes.is_empty() {
+            let s = k.src(&mut spa, a_in, "0");
+            srcs.insert(a_in, s);
+        }
+        // The staged value: the prologue's last member (= a_in) or the operand through a copy.
+        let job = Job {
+            g,
+            space: spa.shape.clone(),
+            nodes: nodes.clone(),
+            srcs,
+            outs: vec![(a_in, "wa".into(), "ra * K".into(), DType::F32)],
+            row_i: "0".into(),
+            causal_shift: "0".into(),
+            col0: "0".into(),
+            ncols: "K".into(),
+            tag: "a".into(),
+        };
+        let row = if nodes.is_empty() { copy_row(&mut k.ub, &job, a_in) } else { job.emit(&mut k.ub, "        ") };
+        let _ = writeln!(staged, "    /* stage A ({}) as contiguous f32 rows in the user workspace */", if pro_nodes.is_empty() { "a view the Matmul API cannot address" } else { "the norm prologue applied once per row" });
+        let _ = writeln!(staged, "    AscendC::GlobalTensor<float> wa; wa.SetGlobalBuffer(uws + stage, BATCH * M * K);");
+        let _ = writeln!(staged, "    for (int64_t ra = aiv; ra < BATCH * M; ra += naiv) {{");
+        staged.push_str(&row_offsets(&k.em, &spa, "ra", "        "));
+        staged.push_str(&row);
+        let _ = writeln!(staged, "    }}\n    stage += BATCH * M * K;");
+    }
+    k.em.access(&mut spb, b_in);
+    let b_direct = mm_layout(&k.em, &spb, b_in);
+    let stage_b = b_direct.is_none();
+    if stage_b {
+        let mut srcs = BTreeMap::new();
+        let s = k.src(&mut spb, b_in, "0");
+        srcs.insert(b_in, s);
+        let job = Job { g, space: spb.shape.clone(), nodes: vec![], srcs, outs: vec![], row_i: "0".into(), causal_shift: "0".into(), col0: "0".into(), ncols: "N".into(), tag: "b".into() };
+        let row = copy_row(&mut k.ub, &Job { outs: vec![(b_in, "wb".into(), "rb * N".into(), DType::F32)], ..job }, b_in);
+        let _ = writeln!(staged, "    /* stage B (a view the Matmul API cannot address) as contiguous f32 rows */");
+        let _ = writeln!(staged, "    AscendC::GlobalTensor<float> wb; wb.SetGlobalBuffer(uws + stage, BATCH * K * N);");
+        let _ = writeln!(staged, "    for (int64_t rb = aiv; rb < BATCH * K; rb += naiv) {{");
+        staged.push_str(&row_offsets(&k.em, &spb, "rb", "        "));
+        staged.push_str(&row);
+        let _ = writeln!(staged, "    }}\n    stage += BATCH * K * N;");
+    }
+    // Epilogue job over the output rows of one tile.
+    let mut srcs = BTreeMap::new();
+    for i in ext_inputs(g, &epi_nodes, &members) {
+        if i == anchor {
+            continue;
+        }
+        let s = k.src(&mut spo, i, "n0");
+        srcs.insert(i, s);
+    }
+    srcs.insert(anchor, Src::Row { gm: "wc".into(), off: "ti * NC".into(), d: DType::F32 });
+    let outs: Vec<(NodeId, String, String, DType)> = grp.outputs.iter().map(|o| (*o, k.gm(k.em.buf[o]), "orow * N + n0".to_string(), g.node(*o).dtype)).collect();
+    let mut nodes = epi_nodes.clone();
+    let anchor_out = grp.outputs.contains(&anchor);
+    if anchor_out {
+        nodes.retain(|n| *n != anchor);
+    }
+    let job = Job {
+        g,
+        space: out_shape.clone(),
+        nodes,
+        srcs,
+        outs,
+        row_i: "0".into(),
+        causal_shift: "0".into(),
+        col0: "n0".into(),
+        ncols: "nlen".into(),
+        tag: "o".into(),
+    };
+    // The anchor is a phase-0 source; when it is itself an output it is copied out.
+    let epi = job.emit(&mut k.ub, "            ");
+    let (ta, lda) = a_direct.clone().unwrap_or((false, "K".into()));
+    let (tb, ldb) = b_direct.clone().unwrap_or((false, "N".into()));
+    let b = &mut k.body;
+    let _ = writeln!(b, "    AscendC::tiling::TCubeTiling ct;\n    af_cube_tiling(t, 0, ct);");
+    let _ = writeln!(b, "    matmul::Matmul<matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {ta}>, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {tb}>, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>> mm;");
+    let _ = writeln!(b, "    REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mm, &ct); /* the AIC serves the AIVs' calls, then returns */");
+    b.push_str("    /*UB*/\n");
+    b.push_str(&staged);
+    if stage_a || stage_b {
+        let _ = writeln!(b, "    AscendC::SyncAll(); /* every AIV's staged rows are in GM before any tile reads them */");
+    }
+    let _ = writeln!(b, "    AscendC::GlobalTensor<float> wc; wc.SetGlobalBuffer(uws + stage + aiv * MC * NC, MC * NC); /* this AIV's C tile */");
+    let _ = writeln!(b, "    for (int64_t u = aiv; u < units; u += naiv) {{");
+    let _ = writeln!(b, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
+    let _ = writeln!(b, "        const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min(MC, M - m0), nlen = af_min(NC, N - n0);");
+    if stage_a {
+        let _ = writeln!(b, "        AscendC::GlobalTensor<float> ga = wa[(bi * M + m0) * K];");
+    } else {
+        b.push_str(&row_offsets(&k.em, &spa, "bi * M + m0", "        "));
+        let a = spa.accesses[&a_in];
+        let gb = format!("g{}", k.em.buf[&resolve(g, a_in).base]);
+        let _ = writeln!(b, "        AscendC::GlobalTensor<float> ga = {gb}[a_row{a}];");
+    }
+    if stage_b {
+        let _ = writeln!(b, "        AscendC::GlobalTensor<float> gbm = wb[bi * K * N + n0];");
+    } else {
+        b.push_str(&row_offsets(&k.em, &spb, "bi * K", "        "));
+        let a = spb.accesses[&b_in];
+        let gb = format!("g{}", k.em.buf[&resolve(g, b_in).base]);
+        let col = if tb { format!("n0 * ({ldb})") } else { "n0".into() };
+        let _ = writeln!(b, "        AscendC::GlobalTensor<float> gbm = {gb}[b_row{a} + {col}];");
+    }
+    let _ = writeln!(b, "        mm.SetTensorA(ga, {ta});\n        mm.SetTensorB(gbm, {tb});");
+    let _ = writeln!(b, "        mm.SetOrgShape((int)({}), (int)({}), (int)({}), (int)({}), (int)NC);", if ta { lda.clone() } else { "M".into() }, if tb { "N".to_string() } else { ldb.clone() }, if ta { "K".to_string() } else { lda.clone() }, if tb { ldb.clone() } else { "K".into() });
+    let _ = writeln!(b, "        mm.SetSingleShape((int)mlen, (int)nlen, (int)K);");
+    let _ = writeln!(b, "        mm.IterateAll(wc);");
+    let _ = writeln!(b, "        for (int64_t ti = 0; ti < mlen; ++ti) {{ /* epilogue, row by row */");
+    let _ = writeln!(b, "            const int64_t orow = bi * M + m0 + ti;");
+    b.push_str(&row_offsets(&k.em, &spo, "orow", "            "));
+    b.push_str(&epi);
+    let _ = writeln!(b, "        }}\n    }}\n    mm.End();");
+    Work::MatMul { batch: numel(&batch), m: out_shape[r - 2].clone(), n: out_shape[r - 1].clone(), k: k_dim }
+}
+
+/// One row copied from its source to the job's single output (staging).
+fn copy_row(ub: &mut Ub, job: &Job, v: NodeId) -> String {
+    let (_, gm_out, off_out, _) = &job.outs[0];
+    let mut s = String::new();
+    let ind = "        ";
+    let q = ub.queue(format!("{}c", job.tag), DType::F32, true);
+    let _ = writeln!(s, "{ind}for (int64_t c0 = 0; c0 < {}; c0 += CH) {{", job.ncols);
+    let _ = writeln!(s, "{ind}    const int32_t cn = (int32_t)af_min(CH, {} - c0);", job.ncols);
+    let _ = writeln!(s, "{ind}    AscendC::LocalTensor<float> x = {q}.AllocTensor<float>();");
+    match &job.srcs[&v] {
+        Src::Row { gm, off, d } | Src::Gather { gm, off, d, .. } | Src::Scalar { gm, off, d } => {
+            // Staging copies go element by element through the scalar unit: they exist for
+            // views the DMA cannot walk, and for f16/bf16 operands (converted here).
+            let stride = match &job.srcs[&v] {
+                Src::Row { .. } => "1".to_string(),
+                Src::Scalar { .. } => "0".to_string(),
+                Src::Gather { stride, .. } => stride.clone(),
+            };
+            let cv = if *d == DType::F32 { format!("{gm}.GetValue({off} + (c0 + j) * ({stride}))") } else { format!("static_cast<float>({gm}.GetValue({off} + (c0 + j) * ({stride})))") };
+            let _ = writeln!(s, "{ind}    for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {cv});");
+        }
+    }
+    let _ = writeln!(s, "{ind}    {q}.EnQue(x);\n{ind}    x = {q}.DeQue<float>();");
+    let _ = writeln!(s, "{ind}    AscendC::DataCopyPad({gm_out}[{off_out} + c0], x, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof(float)), 0, 0, 0}});");
+    let _ = writeln!(s, "{ind}    {q}.FreeTensor(x);\n{ind}}}");
+    s
+}
+
+/// Generate the Ascend C file of one plan.
+pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<AscendSource, String> {
+    let mut code = String::new();
+    let _ = writeln!(code, "/* {header}\n * Ascend C for Atlas A2 (dav-2201). Generated by autofusion-compiler {}. Do not edit. */", env!("CARGO_PKG_VERSION"));
+    code.push_str(&prelude());
+    code.push_str(&cube_fill());
+    // Module buffers: every value a kernel reads or writes, in first-use order.
+    let mut table: Vec<NodeId> = Vec::new();
+    for grp in &plan.groups {
+        for v in grp.inputs.iter().chain(&grp.outputs) {
+            if !table.contains(v) {
+                table.push(*v);
+            }
+        }
+    }
+    let mut kernels = Vec::new();
+    let mut bodies = Vec::new();
+    for (ki, grp) in plan.groups.iter().enumerate() {
+        let mut buf = BTreeMap::new();
+        let mut buffers = Vec::new();
+        for &v in grp.inputs.iter().chain(&grp.outputs) {
+            buf.insert(v, buffers.len());
+            buffers.push(v);
+        }
+        let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
+        let name = format!("k{ki}_{first}");
+        let em = Emitter { g, buf, decls: String::new(), n_access: 0, col_stride: BTreeMap::new() };
+        let mut k = K { em, table: buffers.iter().map(|b| table.iter().position(|x| x == b).unwrap()).collect(), ub: Ub::default(), body: String::new() };
+        let (work, mix, cube, sa, sb) = match grp.kind {
+            GroupKind::Elementwise => (gen_rows(&mut k, grp), false, 0, false, false),
+            GroupKind::Concat => (gen_concat(&mut k, grp), false, 0, false, false),
+            GroupKind::MatMul => {
+                let w = gen_matmul(&mut k, grp);
+                let sa = k.body.contains("stage A");
+                let sb = k.body.contains("stage B");
+                (w, true, 1, sa, sb)
+            }
+            GroupKind::FlashAttention => return Err(format!("{name}: flash attention is not generated for Ascend yet")),
+            GroupKind::Horizontal => return Err(format!("{name}: horizontal matmul groups are not generated for Ascend yet")),
+        };
+        let ops = describe(g, grp);
+        let why = if grp.rules.is_empty() { "one op: nothing fused".to_string() } else { format!("fused by {}", grp.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")) };
+        let lines: BTreeSet<u32> = grp.nodes.iter().map(|n| g.node(*n).line).filter(|l| *l > 0).collect();
+        let mut f = String::new();
+        let _ = writeln!(f, "/* {name}: {ops}\n * {why}; writes {}; {}.", grp.outputs.iter().map(|o| g.node(*o).name.clone()).collect::<Vec<_>>().join(", "), if mix { "cube + vector (mix 1:2)" } else { "vector only" });
+        if !lines.is_empty() {
+            let _ = writeln!(f, " * source lines: {}", lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", "));
+        }
+        let _ = writeln!(f, " */");
+        let _ = writeln!(f, "__aicore__ inline void {name}_body(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
+        if !mix {
+            let _ = writeln!(f, "    if ASCEND_IS_AIC {{ return; }} /* vector work: in a mix launch (the pipeline) the cube idles */");
+        }
+        let _ = writeln!(f, "    AfTiling t;\n    af_load_tiling(tilings, {ki}, t);");
+        let _ = writeln!(f, "    int64_t dims[AF_MAX_DIMS];\n    af_load_dims(args, dims);\n    (void)dims;");
+        let _ = writeln!(f, "    const int64_t CH = t.chunk; /* columns per UB chunk (DynamicTiling, multiple of 8) */");
+        let _ = writeln!(f, "    const int64_t aiv = AscendC::GetBlockIdx(), naiv = AscendC::GetBlockNum() * AscendC::GetTaskRatio();");
+        for (i, v) in buffers.iter().enumerate() {
+            let n = g.node(*v);
+            let ty = ascend_type(n.dtype);
+            let _ = writeln!(f, "    AscendC::GlobalTensor<{ty}> g{i}; /* {} */", n.name);
+            let _ = writeln!(f, "    g{i}.SetGlobalBuffer((__gm__ {ty} *)af_buf(args, {}), (uint64_t)({}));", k.table[i], k.em.dim(&numel(&n.shape)));
+        }
+        f.push_str(&k.em.decls);
+        let _ = writeln!(f, "    AscendC::TPipe pipe;");
+        let ubdecl = k.ub.decls("    ");
+        f.push_str(&k.body.replacen("    /*UB*/\n", &ubdecl, 1));
+        let _ = writeln!(f, "}}");
+        let _ = writeln!(f, "extern \"C\" __global__ __aicore__ void {name}(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
+        let _ = writeln!(f, "    KERNEL_TASK_TYPE_DEFAULT({});", if mix { "KERNEL_TYPE_MIX_AIC_1_2" } else { "KERNEL_TYPE_AIV_ONLY" });
+        if mix {
+            let _ = writeln!(f, "    AscendC::SetSysWorkspace(workspace);");
+        }
+        let _ = writeln!(f, "    {name}_body(args, tilings, workspace);\n}}\n");
+        code.push_str(&f);
+        let fixed = 64 + 32 + 32 * 4 + 256;
+        kernels.push(AscendKernel { name: name.clone(), buffers, n_inputs: grp.inputs.len(), work, ops, mix, ub_per_col: k.ub.per_col(), ub_fixed: fixed, cube, stage_a: sa, stage_b: sb });
+        bodies.push((name, mix));
+    }
+    // The pipeline: every body in one mix launch, synchronised by kernel type.
+    let _ = writeln!(code, "/* The opt_level-3 pipeline: all kernels in one launch (SuperKernel style). Between two");
+    let _ = writeln!(code, " * vector kernels only the AIVs synchronise; around a cube kernel every core does. */");
+    let _ = writeln!(code, "extern \"C\" __global__ __aicore__ void {symbol}_pipeline(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
+    let _ = writeln!(code, "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);\n    AscendC::SetSysWorkspace(workspace);");
+    for (i, (name, mix)) in bodies.iter().enumerate() {
+        if i > 0 {
+            let prev_mix = bodies[i - 1].1;
+            if *mix || prev_mix {
+                let _ = writeln!(code, "    AscendC::SyncAll<false>();");
+            } else {
+                let _ = writeln!(code, "    if ASCEND_IS_AIV {{ AscendC::SyncAll(); }}");
+            }
+        }
+        let _ = writeln!(code, "    {name}_body(args, tilings, workspace);");
+    }
+    let _ = writeln!(code, "}}\n");
+    let launch = format!("{symbol}_launch");
+    let _ = writeln!(code, "/* Host side: one launcher for every kernel (kernel == {} launches the pipeline). */", kernels.len());
+    let _ = writeln!(code, "extern \"C\" int32_t {launch}(uint32_t kernel, uint32_t block_dim, void *stream, uint8_t *args, uint8_t *tilings, uint8_t *workspace) {{");
+    let _ = writeln!(code, "    switch (kernel) {{");
+    for (i, k) in kernels.iter().enumerate() {
+        let _ = writeln!(code, "    case {i}: {}<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;", k.name);
+    }
+    let _ = writeln!(code, "    case {}: {symbol}_pipeline<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;", kernels.len());
+    let _ = writeln!(code, "    default: return -1;\n    }}\n}}");
+    let json = serde_json::json!({ "kernels": kernels, "buffers": table, "pipeline": plan.pipeline });
+    let entry = format!("{symbol}_ascend_json");
+    let _ = writeln!(code, "static const char af_ascend_json[] = {};", c_string(&json.to_string()));
+    let _ = writeln!(code, "extern \"C\" const char *{entry}(void) {{ return af_ascend_json; }}");
+    Ok(AscendSource { code, kernels, buffers: table, launch, entry })
+}
+
+/// Fill a TCubeTiling from our int32 field set (named fields, so the toolkit's own struct
+/// layout may differ between CANN versions).
+fn cube_fill() -> String {
+    let mut s = String::from("__aicore__ inline void af_cube_tiling(const AfTiling &t, int i, AscendC::tiling::TCubeTiling &c) {\n");
+    for (j, f) in ASCEND_CUBE_FIELDS.iter().enumerate() {
+        let _ = writeln!(s, "    c.{f} = t.cube[i][{j}];");
+    }
+    s.push_str("}\n\n");
+    s
+}
