@@ -284,6 +284,9 @@ pub fn kernel_cost(
                 Some([mc, nc, kc, _, _]) => (vec![mc as f64], [32.0, 64.0, 128.0, 256.0].into_iter().filter(|x| *x <= nc as f64).collect(), vec![kc as f64]),
                 None => (vec![16.0, 32.0, 64.0, 128.0, 256.0], vec![32.0, 64.0, 128.0, 256.0, 512.0], vec![64.0, 128.0, 256.0, 512.0]),
             };
+            // B rows contiguous: packing B is a copy (read at its dtype, written as f32).
+            let b_rows_contiguous = crate::layout::resolve(g, b_in).strides.last().and_then(|s| s.as_const()) == Some(1);
+            let b_copy_bytes = (g.node(b_in).dtype.size() + 4) as f64;
             for &mc in &mcs {
                 for &nc in &ncs {
                     for &kc in &kcs {
@@ -312,10 +315,9 @@ pub fn kernel_cost(
                         // contiguous that is a cache-resident copy of NR-wide rows (read and
                         // written once at the in-cache bandwidth); a transposed B is gathered
                         // at the packing rate.
-                        let b_rows_contiguous = crate::layout::resolve(g, b_in).strides.last().and_then(|s| s.as_const()) == Some(1);
                         let b_elems = batch * k * nn * mt;
                         let pack_b = if b_rows_contiguous && target.pack_elems_per_us > 0.0 {
-                            2.0 * b_elems * g.node(b_in).dtype.size().max(4) as f64 / cx.llc_bw()
+                            b_elems * b_copy_bytes / cx.llc_bw()
                         } else {
                             cx.pack_us(b_elems)
                         };

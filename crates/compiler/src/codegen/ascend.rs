@@ -29,7 +29,8 @@
 //!   docs' recommended split (doc §11.9 "LayerNorm + Linear": A = normalised rows written by
 //!   the AIVs to a GM workspace), because the cube cannot apply elementwise ops while loading
 //!   A and recomputing the statistics per N tile would repeat the vector work.
-//! - flash attention: mix 1:2; QK^T and PV on the cube, the online softmax on the AIVs.
+//! - flash attention and horizontal matmul groups: not generated yet (`generate` returns an
+//!   error naming the kernel).
 //! - the opt_level-3 pipeline: one mix launch calling every body in order, with `SyncAll`
 //!   between dependent kernels, AIV-only when neither side uses the cube (doc §10: sync only
 //!   the core types that need it).
@@ -195,9 +196,16 @@ impl Ub {
         self.slots += 1;
         format!("sl[{}]", self.slots - 1)
     }
-    /// UB bytes per column: queues double-buffered, slots, three temporaries, a half temp.
+    /// UB bytes per column: queues double-buffered, slots, three temporaries, a half temp,
+    /// and the reduction scratch (2 floats per 64 columns, rounded up to one byte).
     fn per_col(&self) -> u32 {
         self.queues.iter().map(|q| 2 * dsize(q.1)).sum::<u32>() + 4 * (self.slots as u32 + 3) + 2 + 1
+    }
+    /// UB bytes not proportional to the chunk (as `decls` sizes them): the half temp's 32-byte
+    /// tail, the scalar area and the scratch's rounding, and up to 32 bytes of alignment per
+    /// buffer.
+    fn fixed(&self) -> u32 {
+        32 + 64 + 32 + 32 * (2 * self.queues.len() as u32 + 3)
     }
     /// Declarations at kernel scope (after any REGIST_MATMUL_OBJ: doc §1.4, split mode).
     fn decls(&self, ind: &str) -> String {
@@ -490,7 +498,7 @@ impl Job<'_> {
                 }
                 let n = g.node(m);
                 let e = match &n.op {
-                    Op::Reduce { kind: ReduceKind::Mean, .. } => format!("{t}acc{} / (float)({})", m.0, self.reduce_len()),
+                    Op::Reduce { kind: ReduceKind::Mean, .. } => format!("{t}acc{} / (float)({})", m.0, self.ncols),
                     Op::Reduce { .. } => format!("{t}acc{}", m.0),
                     op => {
                         let ops: Vec<String> = n.inputs.iter().map(|i| match value_of(*i, &BTreeMap::new()) {
@@ -674,10 +682,6 @@ impl Job<'_> {
         }
         out
     }
-
-    fn reduce_len(&self) -> String {
-        self.ncols.clone()
-    }
 }
 
 /// Per-kernel generation state.
@@ -859,7 +863,8 @@ fn mm_layout(em: &Emitter, sp: &Space, v: NodeId) -> Option<(bool, String)> {
     }
 }
 
-fn gen_matmul(k: &mut K, grp: &Group) -> Work {
+/// Returns the work and whether A and B are staged in the user workspace.
+fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     let g = k.em.g;
     let anchor = grp.anchor.expect("matmul group has an anchor");
     let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
@@ -943,8 +948,9 @@ fn gen_matmul(k: &mut K, grp: &Group) -> Work {
         let mut srcs = BTreeMap::new();
         let s = k.src(&mut spb, b_in, "0");
         srcs.insert(b_in, s);
-        let job = Job { g, space: spb.shape.clone(), nodes: vec![], srcs, outs: vec![], row_i: "0".into(), causal_shift: "0".into(), col0: "0".into(), ncols: "N".into(), tag: "b".into() };
-        let row = copy_row(&mut k.ub, &Job { outs: vec![(b_in, "wb".into(), "rb * N".into(), DType::F32)], ..job }, b_in);
+        let outs = vec![(b_in, "wb".into(), "rb * N".into(), DType::F32)];
+        let job = Job { g, space: spb.shape.clone(), nodes: vec![], srcs, outs, row_i: "0".into(), causal_shift: "0".into(), col0: "0".into(), ncols: "N".into(), tag: "b".into() };
+        let row = copy_row(&mut k.ub, &job, b_in);
         let _ = writeln!(staged, "    /* stage B (a view the Matmul API cannot address) as contiguous f32 rows */");
         let _ = writeln!(staged, "    AscendC::GlobalTensor<float> wb; wb.SetGlobalBuffer(uws + stage, BATCH * K * N);");
         let _ = writeln!(staged, "    for (int64_t rb = aiv; rb < BATCH * K; rb += naiv) {{");
@@ -1023,7 +1029,7 @@ fn gen_matmul(k: &mut K, grp: &Group) -> Work {
     b.push_str(&row_offsets(&k.em, &spo, "orow", "            "));
     b.push_str(&epi);
     let _ = writeln!(b, "        }}\n    }}\n    mm.End();");
-    Work::MatMul { batch: numel(&batch), m: out_shape[r - 2].clone(), n: out_shape[r - 1].clone(), k: k_dim }
+    (Work::MatMul { batch: numel(&batch), m: out_shape[r - 2].clone(), n: out_shape[r - 1].clone(), k: k_dim }, stage_a, stage_b)
 }
 
 /// One row copied from its source to the job's single output (staging).
@@ -1086,9 +1092,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
             GroupKind::Elementwise => (gen_rows(&mut k, grp), false, 0, false, false),
             GroupKind::Concat => (gen_concat(&mut k, grp), false, 0, false, false),
             GroupKind::MatMul => {
-                let w = gen_matmul(&mut k, grp);
-                let sa = k.body.contains("stage A");
-                let sb = k.body.contains("stage B");
+                let (w, sa, sb) = gen_matmul(&mut k, grp);
                 (w, true, 1, sa, sb)
             }
             GroupKind::FlashAttention => return Err(format!("{name}: flash attention is not generated for Ascend yet")),
@@ -1129,8 +1133,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
         }
         let _ = writeln!(f, "    {name}_body(args, tilings, workspace);\n}}\n");
         code.push_str(&f);
-        let fixed = 64 + 32 + 32 * 4 + 256;
-        kernels.push(AscendKernel { name: name.clone(), buffers, n_inputs: grp.inputs.len(), work, ops, mix, ub_per_col: k.ub.per_col(), ub_fixed: fixed, cube, stage_a: sa, stage_b: sb });
+        kernels.push(AscendKernel { name: name.clone(), buffers, n_inputs: grp.inputs.len(), work, ops, mix, ub_per_col: k.ub.per_col(), ub_fixed: k.ub.fixed(), cube, stage_a: sa, stage_b: sb });
         bodies.push((name, mix));
     }
     // The pipeline: every body in one mix launch, synchronised by kernel type.
