@@ -11,6 +11,7 @@
  *    thread-local message of aclGetRecentErrMsg(). A wait without progress for 2 s while every
  *    core is blocked is a deadlock and reported the same way.
  */
+#include <climits>
 #include "acl/acl.h"
 
 #include "../asc/include/basic_api/sim_core.h"
@@ -170,7 +171,12 @@ struct Group {              /* one AI core: its AIC and AIVs (mix), used by Matm
         bool done = false;
     };
     std::deque<Request*> requests;
-    int quits = 0;          /* AIVs that left their REGIST_MATMUL_OBJ scope or the kernel */
+    /* Per AIV (same order as `aivs`): how many REGIST_MATMUL_OBJ scopes it has left; INT_MAX
+     * once it has exited the kernel. A kernel may hold several Matmul scopes one after another
+     * (the opt_level-3 pipeline calls several matmul bodies): the AIC's n-th service session
+     * ends when every AIV has left its n-th scope. */
+    std::vector<int> quits;
+    int sessions = 0;       /* service sessions the AIC has started */
     bool aicExited = false;
     bool aicServing = false;
 };
@@ -293,6 +299,15 @@ bool is_mix(int ktype) { return ktype == KERNEL_TYPE_MIX_AIC_1_1 || ktype == KER
  * (CrossCoreSetFlag(ISASI).md, SyncAll.md). */
 bool has_cross_core(int ktype) { return ktype != KERNEL_TYPE_AIV_ONLY && ktype != KERNEL_TYPE_AIC_ONLY; }
 
+/* Position of core `idx` among its group's AIVs. */
+static size_t aiv_slot(const Group& g, int idx)
+{
+    for (size_t i = 0; i < g.aivs.size(); ++i) {
+        if (g.aivs[i] == idx) return i;
+    }
+    return 0;
+}
+
 void core_exit(LaunchCtx& L, CoreCtx* c)
 {
     std::lock_guard<std::mutex> lk(L.m);
@@ -302,9 +317,9 @@ void core_exit(LaunchCtx& L, CoreCtx* c)
     Group& g = L.groups[static_cast<size_t>(c->group)];
     if (c->aic) {
         g.aicExited = true;
-    } else if (!c->mmQuit) {
+    } else {
         c->mmQuit = true;
-        ++g.quits;
+        g.quits[aiv_slot(g, me)] = INT_MAX;
     }
     L.bump();
 }
@@ -373,6 +388,7 @@ void build_cores(LaunchCtx& L)
             ++L.nAic;
         } else {
             g.aivs.push_back(idx);
+            g.quits.push_back(0);
             ++L.nAiv;
         }
         L.cores.push_back(std::move(c));
@@ -626,12 +642,17 @@ void matmul_serve()
     std::unique_lock<std::mutex> lk(L.m);
     Group& g = L.groups[static_cast<size_t>(c->group)];
     g.aicServing = true;
-    const int clients = static_cast<int>(g.aivs.size());
+    const int session = ++g.sessions;
+    auto all_left = [&] {
+        for (int q : g.quits) {
+            if (q < session) return false;
+        }
+        return true;
+    };
     for (;;) {
-        if (g.requests.empty() && g.quits >= clients) break;
+        if (g.requests.empty() && all_left()) break;
         if (g.requests.empty()) {
-            L.wait(lk, c, "REGIST_MATMUL_OBJ serving its AIVs",
-                   [&] { return !g.requests.empty() || g.quits >= clients; });
+            L.wait(lk, c, "REGIST_MATMUL_OBJ serving its AIVs", [&] { return !g.requests.empty() || all_left(); });
             continue;
         }
         Group::Request* r = g.requests.front();
@@ -660,7 +681,9 @@ void matmul_client_quit() noexcept
     LaunchCtx& L = launch_of(c);
     std::lock_guard<std::mutex> lk(L.m);
     c->mmQuit = true;
-    ++L.groups[static_cast<size_t>(c->group)].quits;
+    Group& g = L.groups[static_cast<size_t>(c->group)];
+    int& q = g.quits[aiv_slot(g, L.index_of(c))];
+    if (q != INT_MAX) ++q;
     L.bump();
 }
 

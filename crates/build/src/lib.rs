@@ -23,6 +23,7 @@
 use autofusion_compiler::{env_var, report, target::Target, Unit, Variant};
 
 mod calibrate;
+pub mod toolkit;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,9 @@ pub struct Options {
     pub out_dir: Option<PathBuf>,
     /// Plan for this profile instead of the calibrated host (`host`, `ascend910b`).
     pub target: Option<String>,
+    /// Also generate Ascend C, compile it with the CANN toolkit and link it (default: when
+    /// the package being built has its `ascend` feature on, `CARGO_FEATURE_ASCEND`).
+    pub ascend: Option<bool>,
 }
 
 /// The build.rs entry point (`cc::Build`-style setters).
@@ -133,6 +137,11 @@ impl Builder {
         self.options.target = Some(name.to_string());
         self
     }
+    /// Generate, compile and link Ascend C kernels too (see `Options::ascend`).
+    pub fn ascend(&mut self, on: bool) -> &mut Builder {
+        self.options.ascend = Some(on);
+        self
+    }
     /// Write generated files under `dir` instead of `$OUT_DIR`.
     pub fn out_dir(&mut self, dir: impl AsRef<Path>) -> &mut Builder {
         self.options.out_dir = Some(dir.as_ref().to_path_buf());
@@ -181,8 +190,14 @@ impl Builder {
         if verbose {
             println!("cargo:warning=[INFO] Planning for {provenance}.");
         }
+        let ascend = match self.options.ascend {
+            Some(a) => a,
+            None => std::env::var_os("CARGO_FEATURE_ASCEND").is_some(),
+        };
+        let toolkit = if ascend { Some(toolkit::Toolkit::find().map_err(|e| Error { rendered: format!("error: {e}") })?) } else { None };
         let mut graphs: Vec<GraphOutput> = Vec::new();
         let mut errors = String::new();
+        let mut asc_files: Vec<(PathBuf, bool)> = Vec::new();
         let mut c_files: Vec<(PathBuf, bool)> = Vec::new();
         let mut seen: Vec<(String, String)> = Vec::new();
         for file in &self.files {
@@ -236,6 +251,22 @@ impl Builder {
                     files.push(p.display().to_string());
                     c_files.push((p, debug));
                 }
+                if toolkit.is_some() {
+                    let ascend_target = Target::ascend910b();
+                    for v in [Variant::Fused, Variant::Unfused] {
+                        match unit.variant_ascend(v, &ascend_target) {
+                            Ok((_, src)) => {
+                                let p = dir.join(format!("{}.asc", v.name()));
+                                write_if_changed(&p, &src.code).map_err(io)?;
+                                asc_files.push((p, debug));
+                            }
+                            Err(e) => {
+                                let line = f.sig.ident.span().start().line;
+                                errors += &format!("error: graph `{name}` ({shown}:{line}): no Ascend C for its {} variant: {e}\n  = help: build without the `ascend` feature, or restrict the graph's rules (`rules = [...]`) to groups the Ascend generator supports\n\n", v.name());
+                            }
+                        }
+                    }
+                }
                 let summary = report::summary(&unit.graph, &fused.plan, &files[..1]);
                 write_if_changed(&dir.join("plan.json"), &report::plan_json(&unit.graph, &fused.plan)).map_err(io)?;
                 write_if_changed(&dir.join("report.md"), &report::report_md(&unit.graph, &fused.plan, &summary)).map_err(io)?;
@@ -250,6 +281,9 @@ impl Builder {
                     }
                 }
                 println!("cargo:rustc-env={}={}", env_var(&name), unit.hash);
+                if toolkit.is_some() {
+                    println!("cargo:rustc-env={}_ASCEND={}", env_var(&name), unit.hash);
+                }
                 graphs.push(GraphOutput { name, hash: unit.hash.clone(), dir, summary });
             }
         }
@@ -280,6 +314,46 @@ impl Builder {
             let name = if debug { format!("{lib}_debug") } else { lib.to_string() };
             b.try_compile(&name).map_err(|e| Error { rendered: format!("error: compiling the generated kernels failed: {e}") })?;
         }
+        if let Some(tk) = &toolkit {
+            self.compile_ascend(tk, lib, &out_dir, &asc_files)?;
+        }
         Ok(Output { graphs })
+    }
+
+    /// `cc` drives bisheng to compile every `.asc`, bisheng makes the static library (doc
+    /// §5.5: the library must come from bisheng so the device code stays registered), and
+    /// cargo is told to link it with AscendCL and the runtime libraries the toolkit has.
+    fn compile_ascend(&self, tk: &toolkit::Toolkit, lib: &str, out_dir: &Path, files: &[(PathBuf, bool)]) -> Result<(), Error> {
+        let fail = |e: String| Error { rendered: format!("error: compiling the generated Ascend C failed: {e}") };
+        for debug in [false, true] {
+            let srcs: Vec<&PathBuf> = files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
+            if srcs.is_empty() {
+                continue;
+            }
+            let mut b = cc::Build::new();
+            b.compiler(&tk.bisheng).cpp(true).cpp_link_stdlib(None).warnings(false).debug(debug).opt_level(if debug { 0 } else { 2 });
+            for f in tk.compile_flags(debug) {
+                b.flag(&f);
+            }
+            b.files(srcs);
+            if self.options.out_dir.is_some() {
+                b.out_dir(out_dir);
+            }
+            let objects = b.try_compile_intermediates().map_err(|e| fail(e.to_string()))?;
+            let name = if debug { format!("{lib}_ascend_debug") } else { format!("{lib}_ascend") };
+            let a = out_dir.join(format!("lib{name}.a"));
+            tk.run(&tk.static_lib_args(&objects, &a)).map_err(fail)?;
+            println!("cargo:rustc-link-search=native={}", out_dir.display());
+            println!("cargo:rustc-link-lib=static:+whole-archive={name}");
+        }
+        let lib_dir = tk.lib_dir();
+        println!("cargo:rustc-link-search=native={}", lib_dir.display());
+        for (l, is_static) in tk.link_libs() {
+            println!("cargo:rustc-link-lib={}={l}", if is_static { "static" } else { "dylib" });
+        }
+        // The package's binaries, tests and examples find the toolkit's libraries at run time
+        // without LD_LIBRARY_PATH (set_env.sh sets it on a CANN machine anyway).
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
+        Ok(())
     }
 }

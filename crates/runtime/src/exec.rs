@@ -118,60 +118,7 @@ impl Module {
 
     /// Check dtypes and shapes of `inputs` and bind the dynamic dims.
     pub fn bind(&self, inputs: &[&Tensor]) -> Result<Vec<i64>> {
-        let g = &self.meta.graph;
-        if inputs.len() != g.params.len() {
-            return Err(Error::Arity { graph: g.name.clone(), expected: g.params.len(), got: inputs.len() });
-        }
-        let pnodes = g.param_nodes();
-        let mut dims: Vec<Option<(i64, usize)>> = vec![None; g.dyn_dims.len()];
-        for (i, t) in inputs.iter().enumerate() {
-            let n = g.node(pnodes[i]);
-            if t.dtype() != n.dtype {
-                return Err(Error::DType {
-                    graph: g.name.clone(),
-                    param: g.params[i].clone(),
-                    expected: n.dtype.name().into(),
-                    got: t.dtype().name().into(),
-                });
-            }
-            if t.shape().len() != n.shape.len() {
-                return Err(Error::Shape { graph: g.name.clone(), param: g.params[i].clone(), expected: shape_str(&n.shape), got: t.shape().to_vec() });
-            }
-            for (d, e) in n.shape.iter().enumerate() {
-                if let Some(s) = e.as_sym() {
-                    let k = g.dim_index(s);
-                    let v = t.shape()[d] as i64;
-                    match dims[k] {
-                        None => dims[k] = Some((v, i)),
-                        Some((w, j)) if w != v => {
-                            return Err(Error::DimConflict {
-                                graph: g.name.clone(),
-                                dim: s.to_string(),
-                                first: w,
-                                first_param: g.params[j].clone(),
-                                second: v,
-                                second_param: g.params[i].clone(),
-                            })
-                        }
-                        _ => {}
-                    }
-                }
-            }
-        }
-        let dims: Vec<i64> = dims.iter().map(|d| d.map(|x| x.0).unwrap_or(0)).collect();
-        let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
-        for (i, t) in inputs.iter().enumerate() {
-            let n = g.node(pnodes[i]);
-            for (d, e) in n.shape.iter().enumerate() {
-                let want = e.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg: format!("parameter `{}`: {msg}", g.params[i]) })?;
-                if want != t.shape()[d] as i64 {
-                    let bound: Vec<String> = g.dyn_dims.iter().zip(&dims).map(|(n, v)| format!("{n} = {v}")).collect();
-                    let expected = if bound.is_empty() { shape_str(&n.shape) } else { format!("{} with {}", shape_str(&n.shape), bound.join(", ")) };
-                    return Err(Error::Shape { graph: g.name.clone(), param: g.params[i].clone(), expected, got: t.shape().to_vec() });
-                }
-            }
-        }
-        Ok(dims)
+        bind_inputs(&self.meta.graph, inputs)
     }
 
     /// The launch plan for these dims (cached).
@@ -413,4 +360,61 @@ impl Module {
     pub fn op_count(&self) -> usize {
         autofusion_compiler::report::kernel_ops(&self.meta.graph)
     }
+}
+
+/// Check dtypes and shapes of `inputs` against `g`'s parameters and bind the dynamic dims.
+pub fn bind_inputs(g: &Graph, inputs: &[&Tensor]) -> Result<Vec<i64>> {
+    if inputs.len() != g.params.len() {
+        return Err(Error::Arity { graph: g.name.clone(), expected: g.params.len(), got: inputs.len() });
+    }
+    let pnodes = g.param_nodes();
+    let mut dims: Vec<Option<(i64, usize)>> = vec![None; g.dyn_dims.len()];
+    for (i, t) in inputs.iter().enumerate() {
+        let n = g.node(pnodes[i]);
+        if t.dtype() != n.dtype {
+            return Err(Error::DType {
+                graph: g.name.clone(),
+                param: g.params[i].clone(),
+                expected: n.dtype.name().into(),
+                got: t.dtype().name().into(),
+            });
+        }
+        if t.shape().len() != n.shape.len() {
+            return Err(Error::Shape { graph: g.name.clone(), param: g.params[i].clone(), expected: shape_str(&n.shape), got: t.shape().to_vec() });
+        }
+        for (d, e) in n.shape.iter().enumerate() {
+            if let Some(s) = e.as_sym() {
+                let k = g.dim_index(s);
+                let v = t.shape()[d] as i64;
+                match dims[k] {
+                    None => dims[k] = Some((v, i)),
+                    Some((w, j)) if w != v => {
+                        return Err(Error::DimConflict {
+                            graph: g.name.clone(),
+                            dim: s.to_string(),
+                            first: w,
+                            first_param: g.params[j].clone(),
+                            second: v,
+                            second_param: g.params[i].clone(),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let dims: Vec<i64> = dims.iter().map(|d| d.map(|x| x.0).unwrap_or(0)).collect();
+    let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+    for (i, t) in inputs.iter().enumerate() {
+        let n = g.node(pnodes[i]);
+        for (d, e) in n.shape.iter().enumerate() {
+            let want = e.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg: format!("parameter `{}`: {msg}", g.params[i]) })?;
+            if want != t.shape()[d] as i64 {
+                let bound: Vec<String> = g.dyn_dims.iter().zip(&dims).map(|(n, v)| format!("{n} = {v}")).collect();
+                let expected = if bound.is_empty() { shape_str(&n.shape) } else { format!("{} with {}", shape_str(&n.shape), bound.join(", ")) };
+                return Err(Error::Shape { graph: g.name.clone(), param: g.params[i].clone(), expected, got: t.shape().to_vec() });
+            }
+        }
+    }
+    Ok(dims)
 }

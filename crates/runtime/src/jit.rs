@@ -73,3 +73,70 @@ pub fn load_built(built: &autofusion_compiler::Built, symbol: &str, dir: &Path, 
         Module::from_raw(f(), &sym)
     }
 }
+
+/// Generate the Ascend C of one variant of `unit` (planned for `target`, normally
+/// `ascend910b`), compile it with the toolkit's bisheng into a shared library, and load it
+/// (feature `ascend`).
+#[cfg(feature = "ascend")]
+pub fn load_ascend(unit: &Unit, variant: Variant, target: &Target, dir: &Path) -> Result<crate::ascend::AscendModule> {
+    let sym = unit.symbol(variant);
+    let (_, src) = unit.variant_ascend(variant, target).map_err(|msg| Error::Module { symbol: sym.clone(), msg })?;
+    load_ascend_built(unit.graph.clone(), &src, &sym, dir, false)
+}
+
+/// Compile and load Ascend C generated for a plan of one's own (`Unit::generate_ascend`).
+/// `debug` builds with `-O0 -g -DASCENDC_DEBUG`.
+#[cfg(feature = "ascend")]
+pub fn load_ascend_built(
+    graph: autofusion_compiler::ir::Graph,
+    src: &autofusion_compiler::codegen::ascend::AscendSource,
+    symbol: &str,
+    dir: &Path,
+    debug: bool,
+) -> Result<crate::ascend::AscendModule> {
+    let sym = symbol.to_string();
+    let err = |msg: String| Error::Module { symbol: sym.clone(), msg };
+    std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
+    let asc = dir.join(format!("{sym}.asc"));
+    let so = dir.join(format!("lib{sym}_ascend.so"));
+    std::fs::write(&asc, &src.code).map_err(|e| err(format!("cannot write {}: {e}", asc.display())))?;
+    let bisheng = env!("AUTOFUSION_ASCEND_BISHENG");
+    let mut cmd = Command::new(bisheng);
+    for f in env!("AUTOFUSION_ASCEND_CFLAGS").split('\u{1f}') {
+        if debug && f.starts_with("-O") {
+            continue;
+        }
+        cmd.arg(f);
+    }
+    if debug {
+        cmd.args(["-O0", "-g", "-DASCENDC_DEBUG"]);
+    }
+    if env!("AUTOFUSION_ASCEND_LEGACY") == "1" {
+        cmd.arg("--cce-fatobj-link");
+    }
+    cmd.args(["-shared", "-Wall", "-Werror", "-o"]).arg(&so).arg(&asc);
+    cmd.arg(format!("-L{}", env!("AUTOFUSION_ASCEND_LIB"))).arg("-lascendcl");
+    let out = cmd.output().map_err(|e| err(format!("cannot run `{bisheng}`: {e}")))?;
+    if !out.status.success() {
+        return Err(err(format!("`{bisheng}` failed on {}:\n{}", asc.display(), String::from_utf8_lossy(&out.stderr))));
+    }
+    let path = CString::new(so.to_string_lossy().as_bytes()).unwrap();
+    let launch = CString::new(src.launch.clone()).unwrap();
+    let entry = CString::new(src.entry.clone()).unwrap();
+    // SAFETY: dlopen/dlsym of the library just built from `src`; the symbols have the
+    // signatures the generator gives them.
+    unsafe {
+        let h = dlopen(path.as_ptr(), RTLD_NOW);
+        if h.is_null() {
+            return Err(err(dl_error()));
+        }
+        let l = dlsym(h, launch.as_ptr());
+        let j = dlsym(h, entry.as_ptr());
+        if l.is_null() || j.is_null() {
+            return Err(err(dl_error()));
+        }
+        let l: crate::ascend::LaunchFn = std::mem::transmute(l);
+        let j: unsafe extern "C" fn() -> *const c_char = std::mem::transmute(j);
+        crate::ascend::AscendModule::from_raw(graph, l, j, &sym)
+    }
+}

@@ -7,6 +7,8 @@
 //! assert_eq!(t.to_dtype(DType::F16).unwrap().to_f32_vec(), t.to_f32_vec());
 //! ```
 
+#[cfg(feature = "ascend")]
+pub mod ascend;
 pub mod error;
 pub mod exec;
 #[cfg(feature = "jit")]
@@ -35,6 +37,9 @@ impl Device {
     pub fn check(self) -> Result<()> {
         match self {
             Device::Cpu => Ok(()),
+            #[cfg(feature = "ascend")]
+            Device::Ascend(n) => ascend::check_device(n),
+            #[cfg(not(feature = "ascend"))]
             Device::Ascend(n) => Err(Error::Device {
                 device: format!("Ascend({n})"),
                 msg: "this build has no Ascend support: build with `--features ascend` on a machine with the CANN toolkit".into(),

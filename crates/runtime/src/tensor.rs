@@ -11,11 +11,31 @@ pub enum Storage {
     BF16(Vec<bf16>),
 }
 
-/// A dense tensor on the host.
+/// A dense tensor on the host. Its contents never change after construction, so a stamp
+/// taken at construction identifies them: a device keeps a copy of a weight across calls
+/// while the same tensor (or a clone of it) comes back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {
     storage: Storage,
     shape: Vec<usize>,
+    stamp: Stamp,
+}
+
+/// Identity of a tensor's contents (ignored by `==`, which compares values).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Stamp(pub(crate) u64);
+
+impl Stamp {
+    fn new() -> Stamp {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Stamp(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl PartialEq for Stamp {
+    fn eq(&self, _: &Stamp) -> bool {
+        true
+    }
 }
 
 fn numel(shape: &[usize]) -> usize {
@@ -28,7 +48,7 @@ impl Tensor {
         if data.len() != numel(shape) {
             return Err(Error::DataLen { shape: shape.to_vec(), expected: numel(shape), got: data.len() });
         }
-        Ok(Tensor { storage: Storage::F32(data), shape: shape.to_vec() })
+        Ok(Tensor { storage: Storage::F32(data), shape: shape.to_vec(), stamp: Stamp::new() })
     }
     /// A tensor of `dtype` from f32 data (rounded to nearest even).
     pub fn from_f32_as(shape: &[usize], data: &[f32], dtype: DType) -> Result<Tensor> {
@@ -41,7 +61,7 @@ impl Tensor {
             DType::F16 => Storage::F16(vec![f16::ZERO; n]),
             DType::BF16 => Storage::BF16(vec![bf16::ZERO; n]),
         };
-        Tensor { storage, shape: shape.to_vec() }
+        Tensor { storage, shape: shape.to_vec(), stamp: Stamp::new() }
     }
     /// Deterministic N(0, std^2) values (a small xorshift + Box-Muller): for tests and examples.
     pub fn randn(shape: &[usize], std: f32, seed: u64) -> Tensor {
@@ -58,7 +78,7 @@ impl Tensor {
                 ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32 * std
             })
             .collect();
-        Tensor { storage: Storage::F32(data), shape: shape.to_vec() }
+        Tensor { storage: Storage::F32(data), shape: shape.to_vec(), stamp: Stamp::new() }
     }
     pub fn dtype(&self) -> DType {
         match self.storage {
@@ -99,7 +119,7 @@ impl Tensor {
             DType::F16 => Storage::F16(f.iter().map(|x| f16::from_f32(*x)).collect()),
             DType::BF16 => Storage::BF16(f.iter().map(|x| bf16::from_f32(*x)).collect()),
         };
-        Ok(Tensor { storage, shape: self.shape.clone() })
+        Ok(Tensor { storage, shape: self.shape.clone(), stamp: Stamp::new() })
     }
     /// Same data, new shape with the same number of elements.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
@@ -110,7 +130,7 @@ impl Tensor {
                 msg: format!("{:?} has {} elements, {:?} has {}", self.shape, self.numel(), shape, numel(shape)),
             });
         }
-        Ok(Tensor { storage: self.storage.clone(), shape: shape.to_vec() })
+        Ok(Tensor { storage: self.storage.clone(), shape: shape.to_vec(), stamp: self.stamp })
     }
     pub(crate) fn as_ptr(&self) -> *const u8 {
         match &self.storage {
@@ -119,7 +139,17 @@ impl Tensor {
             Storage::BF16(v) => v.as_ptr() as *const u8,
         }
     }
+    /// The contents' identity (see `Stamp`).
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp.0
+    }
+    /// Bytes of the contents.
+    pub(crate) fn nbytes(&self) -> usize {
+        self.numel() * self.dtype().size()
+    }
+    /// For filling a new tensor (outputs): the contents get a new identity.
     pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.stamp = Stamp::new();
         match &mut self.storage {
             Storage::F32(v) => v.as_mut_ptr() as *mut u8,
             Storage::F16(v) => v.as_mut_ptr() as *mut u8,

@@ -2,7 +2,7 @@
 //! cached per (module, dims) by the executor. The limits here are the host profile's
 //! `runtime_blocking` (`autofusion_compiler::target`), so the cost model prices these tilings.
 
-use autofusion_compiler::abi::{Work, MR_MAX, NR_MAX, TILING_FIELDS};
+use autofusion_compiler::abi::{Work, ASCEND_CUBE_FIELDS, MR_MAX, NR_MAX, TILING_FIELDS};
 
 /// `af_tiling` of the kernel ABI (`autofusion_compiler::abi`), field for field.
 #[repr(C)]
@@ -106,6 +106,171 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
     }
 }
 
+/// `AfTiling` of the generated Ascend C (`autofusion_compiler::abi::ASCEND_TILING_FIELDS`,
+/// then two `TCubeTiling` field sets as int32, `ASCEND_CUBE_FIELDS` order).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AscendTiling {
+    pub block_num: i64,
+    pub chunk: i64,
+    pub mc: i64,
+    pub nc: i64,
+    pub br: i64,
+    pub bc: i64,
+    pub ws_floats: i64,
+    pub reserved: i64,
+    pub cube: [[i32; ASCEND_CUBE_FIELDS.len()]; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<AscendTiling>() == autofusion_compiler::abi::ascend_tiling_bytes());
+
+/// Ascend 910B figures DynamicTiling works with (docs/ascend-c.md §1.1, §8): vector cores,
+/// cube cores, the UB an `InitBuffer` may take (192 KB less the 8 KB Ascend C reserve),
+/// and the Matmul API's system workspace.
+pub const ASCEND_AIV: i64 = 48;
+pub const ASCEND_AIC: i64 = 24;
+pub const ASCEND_UB_BYTES: i64 = 188_160;
+pub const ASCEND_SYS_WORKSPACE: usize = 16 << 20;
+/// Share of the UB a kernel's buffers may take (the planner's capacity rule).
+const ASCEND_UB_SHARE: f64 = 0.8;
+/// Largest output tile of one AIV (rows, columns of C); L0 bases are at most 128 x 128.
+const ASCEND_TILE_MAX: i64 = 128;
+const ASCEND_BASE_K: i32 = 32;
+
+/// How one Ascend kernel runs at a bound shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AscendLaunch {
+    pub tiling: AscendTiling,
+    /// `numBlocks` of its own launch: AIVs for a vector kernel, AIC:AIV 1:2 groups for a mix one.
+    pub block_dim: u32,
+    /// No work at this shape (a zero extent): not launched.
+    pub empty: bool,
+}
+
+fn round_up(x: i64, m: i64) -> i64 {
+    (x + m - 1) / m * m
+}
+
+/// The `TCubeTiling` fields (`ASCEND_CUBE_FIELDS` order) of an `m x n` by `k` product done
+/// in `mc x nc` tiles by `cores` cores: bases at most 128 x 128 x 32 (multiples of 16, f32
+/// operands), L1 depth 2 (stepM/N/Ka/Kb = 1, double-buffered), L0A/L0B double-buffered. The
+/// L0/L1 budgets this meets are checked by the emulator at `REGIST_MATMUL_OBJ`.
+pub fn cube_tiling(m: i64, n: i64, k: i64, mc: i64, nc: i64, cores: i64) -> [i32; ASCEND_CUBE_FIELDS.len()] {
+    let base_m = round_up(mc.max(1), 16).min(ASCEND_TILE_MAX) as i32;
+    let base_n = round_up(nc.max(1), 16).min(ASCEND_TILE_MAX) as i32;
+    let mut f = [0i32; ASCEND_CUBE_FIELDS.len()];
+    let mut set = |name: &str, v: i64| {
+        let i = ASCEND_CUBE_FIELDS.iter().position(|x| *x == name).expect("cube field");
+        f[i] = v.clamp(0, i32::MAX as i64) as i32;
+    };
+    set("usedCoreNum", cores.clamp(1, ASCEND_AIV));
+    set("M", m);
+    set("N", n);
+    set("Ka", k);
+    set("Kb", k);
+    set("singleCoreM", mc);
+    set("singleCoreN", nc);
+    set("singleCoreK", k);
+    set("baseM", base_m as i64);
+    set("baseN", base_n as i64);
+    set("baseK", ASCEND_BASE_K as i64);
+    set("depthA1", 2);
+    set("depthB1", 2);
+    set("stepM", 1);
+    set("stepN", 1);
+    set("isBias", 0);
+    set("transLength", 0);
+    set("iterateOrder", 0);
+    set("stepKa", 1);
+    set("stepKb", 1);
+    set("dbL0A", 2);
+    set("dbL0B", 2);
+    set("dbL0C", 1);
+    f
+}
+
+/// DynamicTiling for one generated Ascend kernel at the bound dims. `aivs` is the number of
+/// AIVs of the launch it will run in (its own, or the pipeline's when `Some`). Returns the
+/// launch and the user-workspace bytes the kernel needs.
+pub fn choose_ascend(
+    k: &autofusion_compiler::codegen::ascend::AscendKernel,
+    eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> i64,
+    pipeline_aivs: Option<i64>,
+) -> std::result::Result<(AscendLaunch, usize), String> {
+    let budget = (ASCEND_UB_BYTES as f64 * ASCEND_UB_SHARE) as i64 - k.ub_fixed as i64;
+    let per_col = (k.ub_per_col as i64).max(1);
+    let fit = budget / per_col / 16 * 16;
+    if fit < 16 {
+        return Err(format!(
+            "kernel `{}` needs {} B of UB per column and {} B fixed: not even 16 columns fit in {} B",
+            k.name, k.ub_per_col, k.ub_fixed, (ASCEND_UB_BYTES as f64 * ASCEND_UB_SHARE) as i64
+        ));
+    }
+    let mut t = AscendTiling::default();
+    match &k.work {
+        Work::Rows { rows, n, .. } => {
+            let (r, n) = (eval(rows).max(0), eval(n).max(0));
+            t.chunk = fit.min(round_up(n.max(1), 16));
+            let aivs = pipeline_aivs.unwrap_or_else(|| r.clamp(1, ASCEND_AIV));
+            t.block_num = aivs;
+            let launch = AscendLaunch { tiling: t, block_dim: aivs as u32, empty: r == 0 || n == 0 };
+            Ok((launch, 0))
+        }
+        Work::MatMul { batch, m, n, k: kk } => {
+            let (b, m, n, kd) = (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(kk).max(0));
+            let (mut mc, mut nc) = (m.clamp(1, ASCEND_TILE_MAX), n.clamp(1, ASCEND_TILE_MAX));
+            let units = |mc: i64, nc: i64| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc);
+            // Enough tiles for every AIV before tiles shrink below 32 x 32.
+            while units(mc, nc) < ASCEND_AIV && (nc > 32 || mc > 32) {
+                if nc >= mc {
+                    nc = round_up(nc / 2, 16).max(16).min(n.max(1));
+                } else {
+                    mc = round_up(mc / 2, 16).max(16).min(m.max(1));
+                }
+            }
+            let groups = pipeline_aivs.map(|a| a / 2).unwrap_or_else(|| ((units(mc, nc) + 1) / 2).clamp(1, ASCEND_AIC));
+            let aivs = 2 * groups;
+            t.chunk = fit.min(round_up(kd.max(n).max(1), 16));
+            t.mc = mc;
+            t.nc = nc;
+            t.block_num = groups;
+            t.cube[0] = cube_tiling(m.max(1), n.max(1), kd.max(1), mc, nc, groups);
+            let stage = if k.stage_a { b * m * kd } else { 0 } + if k.stage_b { b * kd * n } else { 0 };
+            let ws = (stage + aivs * mc * nc) as usize * 4;
+            t.ws_floats = ws as i64 / 4;
+            let launch = AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || m == 0 || n == 0 };
+            Ok((launch, ws))
+        }
+        Work::Flash { batch, sq, sk, d, dv } => {
+            let (b, sq, sk, d, dv) = (eval(batch).max(0), eval(sq).max(0), eval(sk).max(0), eval(d).max(1), eval(dv).max(1));
+            let mut br = sq.clamp(1, 64);
+            let bc = sk.clamp(1, ASCEND_TILE_MAX);
+            while b * ((sq + br - 1) / br) < ASCEND_AIV && br > 16 {
+                br = round_up(br / 2, 16).max(16);
+            }
+            let units = b * ((sq + br - 1) / br);
+            let groups = pipeline_aivs.map(|a| a / 2).unwrap_or_else(|| ((units + 1) / 2).clamp(1, ASCEND_AIC));
+            let aivs = 2 * groups;
+            t.chunk = fit.min(round_up(bc.max(dv).max(d), 16));
+            t.br = br;
+            t.bc = bc;
+            t.mc = br;
+            t.nc = bc;
+            t.block_num = groups;
+            // QK^T: br x bc by d; PV: br x dv by bc.
+            t.cube[0] = cube_tiling(sq.max(1), sk.max(1), d, br, bc, groups);
+            t.cube[1] = cube_tiling(sq.max(1), dv, sk.max(1), br, dv, groups);
+            let stage = if k.stage_a { b * sq * d } else { 0 } + if k.stage_b { b * (d * sk + sk * dv) } else { 0 };
+            // Per AIV: the score tile (S, then P in place) and the output accumulator.
+            let ws = (stage + aivs * (br * bc + br * dv)) as usize * 4;
+            t.ws_floats = ws as i64 / 4;
+            let launch = AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || sq == 0 };
+            Ok((launch, ws))
+        }
+        Work::Horizontal { .. } => Err(format!("kernel `{}`: horizontal groups have no Ascend tiling", k.name)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +321,46 @@ mod tests {
         let w = Work::MatMul { batch: c(1), m: c(1), n: c(2048), k: c(512) };
         let (t, _) = choose(&w, &|d| d.as_const().unwrap(), 2);
         assert!(t.block_num >= 2, "{t:?}");
+    }
+
+    #[test]
+    fn ascend_tilings_respect_the_hardware_limits() {
+        use autofusion_compiler::codegen::ascend::AscendKernel;
+        let c = |v: i64| DimExpr::constant(v);
+        let field = |t: &[i32; ASCEND_CUBE_FIELDS.len()], n: &str| t[ASCEND_CUBE_FIELDS.iter().position(|x| *x == n).unwrap()] as i64;
+        let kernel = |work: Work, per_col: u32| AscendKernel {
+            name: "k".into(),
+            buffers: vec![],
+            n_inputs: 0,
+            work,
+            ops: String::new(),
+            mix: true,
+            ub_per_col: per_col,
+            ub_fixed: 1024,
+            cube: 1,
+            stage_a: true,
+            stage_b: false,
+        };
+        for (m, n, kk) in [(1, 4096, 512), (7, 33, 5), (513, 100, 1), (2048, 4096, 4096)] {
+            let k = kernel(Work::MatMul { batch: c(1), m: c(m), n: c(n), k: c(kk) }, 99);
+            let (l, ws) = choose_ascend(&k, &|d| d.as_const().unwrap(), None).unwrap();
+            let t = l.tiling;
+            assert!(t.chunk % 16 == 0 && t.chunk >= 16 && 1024 + t.chunk * 99 <= ASCEND_UB_BYTES * 8 / 10, "{t:?}");
+            assert!((1..=ASCEND_AIC as u32).contains(&l.block_dim));
+            let ct = &t.cube[0];
+            assert!(field(ct, "singleCoreM") <= field(ct, "M") && field(ct, "singleCoreN") <= field(ct, "N"), "{ct:?}");
+            let (bm, bn, bk) = (field(ct, "baseM"), field(ct, "baseN"), field(ct, "baseK"));
+            assert!(bm % 16 == 0 && bn % 16 == 0 && bk % 8 == 0);
+            assert!(bm * bk * 4 * field(ct, "dbL0A") <= 64 << 10 && bn * bk * 4 * field(ct, "dbL0B") <= 64 << 10);
+            assert!(bm * bn * 4 * field(ct, "dbL0C") <= 128 << 10);
+            // The staged A and every AIV's C tile fit the user workspace.
+            assert!(ws >= ((m * kk) + 2 * l.block_dim as i64 * t.mc * t.nc) as usize * 4);
+        }
+        // A rows kernel too wide for the UB even at 16 columns is an error, not a bad launch.
+        let k = kernel(Work::Rows { rows: c(4), n: c(64), row_buffers: 0 }, 20_000);
+        assert!(choose_ascend(&k, &|d| d.as_const().unwrap(), None).unwrap_err().contains("UB"));
+        // Zero rows: nothing to launch.
+        let k = kernel(Work::Rows { rows: c(0), n: c(64), row_buffers: 0 }, 40);
+        assert!(choose_ascend(&k, &|d| d.as_const().unwrap(), None).unwrap().0.empty);
     }
 }

@@ -183,6 +183,8 @@ struct Ub {
     /// (name, dtype, in or out)
     queues: Vec<(String, DType, bool)>,
     slots: usize,
+    /// Fixed bytes of buffers a kernel declares itself (flash: running max and sum).
+    extra_fixed: u32,
 }
 
 impl Ub {
@@ -205,7 +207,7 @@ impl Ub {
     /// tail, the scalar area and the scratch's rounding, and up to 32 bytes of alignment per
     /// buffer.
     fn fixed(&self) -> u32 {
-        32 + 64 + 32 + 32 * (2 * self.queues.len() as u32 + 3)
+        32 + 64 + 32 + 32 * (2 * self.queues.len() as u32 + 3) + self.extra_fixed
     }
     /// Declarations at kernel scope (after any REGIST_MATMUL_OBJ: doc §1.4, split mode).
     fn decls(&self, ind: &str) -> String {
@@ -980,8 +982,8 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
         nodes,
         srcs,
         outs,
-        row_i: "0".into(),
-        causal_shift: "0".into(),
+        row_i: format!("o_i{}", r - 2),
+        causal_shift: causal_shift(&k.em, &epi_nodes),
         col0: "n0".into(),
         ncols: "nlen".into(),
         tag: "o".into(),
@@ -1020,8 +1022,10 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
         let col = if tb { format!("n0 * ({ldb})") } else { "n0".into() };
         let _ = writeln!(b, "        AscendC::GlobalTensor<float> gbm = {gb}[b_row{a} + {col}];");
     }
+    // SetOrgShape comes before SetTensorA/B and SetSingleShape (SetOrgShape.md, constraints);
+    // its fifth argument is C's row stride (the tile is NC wide, B's rows N).
+    let _ = writeln!(b, "        mm.SetOrgShape({});", org_shape("M", "N", "K", ta, &lda, tb, &ldb, "NC"));
     let _ = writeln!(b, "        mm.SetTensorA(ga, {ta});\n        mm.SetTensorB(gbm, {tb});");
-    let _ = writeln!(b, "        mm.SetOrgShape((int)({}), (int)({}), (int)({}), (int)({}), (int)NC);", if ta { lda.clone() } else { "M".into() }, if tb { "N".to_string() } else { ldb.clone() }, if ta { "K".to_string() } else { lda.clone() }, if tb { ldb.clone() } else { "K".into() });
     let _ = writeln!(b, "        mm.SetSingleShape((int)mlen, (int)nlen, (int)K);");
     let _ = writeln!(b, "        mm.IterateAll(wc);");
     let _ = writeln!(b, "        for (int64_t ti = 0; ti < mlen; ++ti) {{ /* epilogue, row by row */");
@@ -1030,6 +1034,226 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     b.push_str(&epi);
     let _ = writeln!(b, "        }}\n    }}\n    mm.End();");
     (Work::MatMul { batch: numel(&batch), m: out_shape[r - 2].clone(), n: out_shape[r - 1].clone(), k: k_dim }, stage_a, stage_b)
+}
+
+/// How the Matmul API reads operand `v` of space `sp` (tag `tag`, rows `rows` = the
+/// space's row count, `ncols` columns): directly (`(trans, ld, None)`) or from an f32 copy
+/// the AIVs stage in the user workspace (`(false, ncols, Some(code))`, the code advancing
+/// `stage`; the copy is named `w<tag>`).
+fn operand(k: &mut K, sp: &mut Space, v: NodeId, rows: &str, ncols: &str) -> (bool, String, Option<String>) {
+    let g = k.em.g;
+    k.em.access(sp, v);
+    if let Some((t, ld)) = mm_layout(&k.em, sp, v) {
+        return (t, ld, None);
+    }
+    let tag = sp.tag;
+    let mut srcs = BTreeMap::new();
+    let s = k.src(sp, v, "0");
+    srcs.insert(v, s);
+    let outs = vec![(v, format!("w{tag}"), format!("r{tag} * ({ncols})"), DType::F32)];
+    let job = Job { g, space: sp.shape.clone(), nodes: vec![], srcs, outs, row_i: "0".into(), causal_shift: "0".into(), col0: "0".into(), ncols: ncols.into(), tag: tag.into() };
+    let row = copy_row(&mut k.ub, &job, v);
+    let mut st = String::new();
+    let _ = writeln!(st, "    /* stage {} ({}) as contiguous f32 rows in the user workspace */", g.node(v).name, if g.node(v).dtype == DType::F32 { "a view the Matmul API cannot address" } else { "converted to f32 for the cube" });
+    let _ = writeln!(st, "    AscendC::GlobalTensor<float> w{tag}; w{tag}.SetGlobalBuffer(uws + stage, ({rows}) * ({ncols}));");
+    let _ = writeln!(st, "    for (int64_t r{tag} = aiv; r{tag} < {rows}; r{tag} += naiv) {{");
+    st.push_str(&row_offsets(&k.em, sp, &format!("r{tag}"), "        "));
+    st.push_str(&row);
+    let _ = writeln!(st, "    }}\n    stage += ({rows}) * ({ncols});");
+    (false, ncols.to_string(), Some(st))
+}
+
+/// `SetOrgShape` arguments of an `m x n` by `kk` product with operand layouts `(ta, lda)`,
+/// `(tb, ldb)` (see `mm_layout`) and C rows `ldc` apart.
+fn org_shape(m: &str, n: &str, kk: &str, ta: bool, lda: &str, tb: bool, ldb: &str, ldc: &str) -> String {
+    format!(
+        "(int)({}), (int)({}), (int)({}), (int)({}), (int)({ldc})",
+        if ta { lda } else { m },
+        if tb { n } else { ldb },
+        if ta { kk } else { lda },
+        if tb { ldb } else { kk }
+    )
+}
+
+/// Flash attention: per AIV a block of `BR` queries of one batch entry, key blocks of `BC`.
+/// The cube computes S = Q K^T into the AIV's score tile; the AIV applies the chain (scale,
+/// mask) in place, takes the block's row maxima, writes P = exp(S - max) over the tile and
+/// keeps the running max and sum per row (online softmax) in UB; the cube then adds P V into
+/// the AIV's output accumulator in GM (atomic add; the first block overwrites it), which the
+/// AIV has rescaled by exp(old max - new max). No S x S buffer: the tiles are BR x BC.
+/// Operands the Matmul API cannot address (strided views, f16/bf16) are staged as f32 first.
+fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
+    let g = k.em.g;
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let f = crate::plan::flash_parts(g, &members).expect("planner formed a flash group");
+    let (q, kt, v) = (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
+    let ss = g.node(f.scores).shape.clone();
+    let r = ss.len();
+    let batch: Shape = ss[..r - 2].to_vec();
+    let (sq, sk) = (ss[r - 2].clone(), ss[r - 1].clone());
+    let d = g.node(q).shape.last().unwrap().clone();
+    let dv = g.node(f.pv).shape.last().unwrap().clone();
+    let with = |a: DimExpr, b: DimExpr| {
+        let mut s = batch.clone();
+        s.extend([a, b]);
+        s
+    };
+    let mut spq = Space { tag: "q", shape: with(sq.clone(), d.clone()), accesses: BTreeMap::new() };
+    let mut spk = Space { tag: "k", shape: with(d.clone(), sk.clone()), accesses: BTreeMap::new() };
+    let mut spv = Space { tag: "v", shape: with(sk.clone(), dv.clone()), accesses: BTreeMap::new() };
+    let mut sps = Space { tag: "s", shape: ss.clone(), accesses: BTreeMap::new() };
+    let em = &mut k.em;
+    let _ = writeln!(k.body, "    const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};", em.dim(&numel(&batch)), em.dim(&sq), em.dim(&sk), em.dim(&d), em.dim(&dv));
+    let _ = writeln!(k.body, "    const int64_t BR = t.br, BC = t.bc, qt = (SQ + BR - 1) / BR, units = BATCH * qt;");
+    let _ = writeln!(k.body, "    __gm__ float *uws = (__gm__ float *)AscendC::GetUserWorkspace(workspace);");
+    let _ = writeln!(k.body, "    int64_t stage = 0; /* floats of staged operands at the start of the user workspace */");
+    let (tq, ldq, stq) = operand(k, &mut spq, q, "BATCH * SQ", "D");
+    let (tk, ldk, stk) = operand(k, &mut spk, kt, "BATCH * D", "SK");
+    let (tv, ldv, stv) = operand(k, &mut spv, v, "BATCH * SK", "DV");
+    let (stage_a, stage_b) = (stq.is_some(), stk.is_some() || stv.is_some());
+    // The chain on the score tile, in place (a rows job over the columns [k0, k0 + bc)).
+    let mut srcs = BTreeMap::new();
+    for &m in &f.chain {
+        for &i in &g.node(m).inputs {
+            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) && !srcs.contains_key(&i) {
+                let s = k.src(&mut sps, i, "k0");
+                srcs.insert(i, s);
+            }
+        }
+    }
+    srcs.insert(f.qk, Src::Row { gm: "ws".into(), off: "i * BC".into(), d: DType::F32 });
+    let chain_code = if f.chain.is_empty() {
+        String::new()
+    } else {
+        let job = Job {
+            g,
+            space: ss.clone(),
+            nodes: f.chain.clone(),
+            srcs,
+            outs: vec![(f.scores, "ws".into(), "i * BC".into(), DType::F32)],
+            row_i: format!("s_i{}", r - 2),
+            causal_shift: causal_shift(&k.em, &f.chain),
+            col0: "k0".into(),
+            ncols: "bc".into(),
+            tag: "s".into(),
+        };
+        job.emit(&mut k.ub, "                ")
+    };
+    let causal = f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask);
+    let fq = k.ub.queue("fq".into(), DType::F32, true);
+    let fo = k.ub.queue("fo".into(), DType::F32, false);
+    let ex = k.ub.slot();
+    let out_d = g.node(f.pv).dtype;
+    let oq = k.ub.queue("fy".into(), out_d, false);
+    k.ub.extra_fixed += 2 * 64 * 4 + 64;
+    let ob = k.gm(k.em.buf[&f.pv]);
+    // A row of a GM f32 tile through UB: `body` sees the chunk as `x` (in) and `y` (out).
+    let stream = |src: &str, dst: &str, n: &str, body: &str, ind: &str| -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{ind}for (int64_t c0 = 0; c0 < {n}; c0 += CH) {{");
+        let _ = writeln!(s, "{ind}    const int32_t cn = (int32_t)af_min(CH, {n} - c0);");
+        let _ = writeln!(s, "{ind}    {{ AscendC::LocalTensor<float> x = {fq}.AllocTensor<float>();");
+        let _ = writeln!(s, "{ind}      AscendC::DataCopyPad(x, {src}, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof(float)), 0, 0, 0}}, AscendC::DataCopyPadExtParams<float>{{false, 0, 0, 0}});");
+        let _ = writeln!(s, "{ind}      {fq}.EnQue(x); }}");
+        let _ = writeln!(s, "{ind}    AscendC::LocalTensor<float> x = {fq}.DeQue<float>();");
+        s.push_str(body);
+        if !dst.is_empty() {
+            let _ = writeln!(s, "{ind}    {fo}.EnQue(y);\n{ind}    y = {fo}.DeQue<float>();");
+            let _ = writeln!(s, "{ind}    AscendC::DataCopyPad({dst}, y, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof(float)), 0, 0, 0}});");
+            let _ = writeln!(s, "{ind}    {fo}.FreeTensor(y);");
+        }
+        let _ = writeln!(s, "{ind}    {fq}.FreeTensor(x);\n{ind}}}");
+        s
+    };
+    let i5 = "                    ";
+    let max_body = format!("{i5}AscendC::ReduceMax<float>(rd, x, rt, cn);\n{i5}{{ const float v = rd.GetValue(0); bm = v > bm ? v : bm; }}\n");
+    let exp_body = format!(
+        "{i5}AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();\n{i5}AscendC::Adds({ex}, x, -mxe, cn);\n{i5}AscendC::Exp(y, {ex}, cn);\n{i5}AscendC::ReduceSum<float>(rd, y, rt, cn);\n{i5}ps += rd.GetValue(0);\n"
+    );
+    let scale_body = format!("{i5}AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();\n{i5}AscendC::Muls(y, x, corr, cn);\n");
+    let oty = ascend_type(out_d);
+    let fin_body = if out_d == DType::F32 {
+        format!("{i5}AscendC::LocalTensor<float> y = {oq}.AllocTensor<float>();\n{i5}AscendC::Muls(y, x, inv, cn);\n")
+    } else {
+        format!("{i5}AscendC::LocalTensor<{oty}> y = {oq}.AllocTensor<{oty}>();\n{i5}AscendC::Muls({ex}, x, inv, cn);\n{i5}AscendC::Cast<{oty}, float>(y, {ex}, AscendC::RoundMode::CAST_RINT, cn);\n")
+    };
+    // The final store goes to the output (its own queue and dtype).
+    let fin = stream("wo[i * DV + c0]", "", "DV", &fin_body, "            ").replace(
+        &format!("                {fq}.FreeTensor(x);"),
+        &format!("                {oq}.EnQue(y);\n                y = {oq}.DeQue<{oty}>();\n                AscendC::DataCopyPad({ob}[(bi * SQ + q0 + i) * DV + c0], y, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({oty})), 0, 0, 0}});\n                {oq}.FreeTensor(y);\n                {fq}.FreeTensor(x);"),
+    );
+    let b = &mut k.body;
+    let _ = writeln!(b, "    AscendC::tiling::TCubeTiling ct0, ct1;\n    af_cube_tiling(t, 0, ct0);\n    af_cube_tiling(t, 1, ct1);");
+    let mt = |tr: bool| format!("matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {tr}>");
+    let _ = writeln!(b, "    matmul::Matmul<{}, {}, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>> mqk; /* S = Q K^T */", mt(tq), mt(tk));
+    let _ = writeln!(b, "    matmul::Matmul<{}, {}, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>> mpv; /* O += P V */", mt(false), mt(tv));
+    let _ = writeln!(b, "    REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mqk, &ct0, mpv, &ct1); /* the AIC serves both, then returns */");
+    b.push_str("    /*UB*/\n");
+    let _ = writeln!(b, "    AscendC::TBuf<AscendC::TPosition::VECCALC> statb;\n    pipe.InitBuffer(statb, 2 * 64 * sizeof(float));");
+    let _ = writeln!(b, "    AscendC::LocalTensor<float> mr = statb.Get<float>(), lr = mr[64]; /* running max and sum per query row */");
+    for st in [&stq, &stk, &stv].into_iter().flatten() {
+        b.push_str(st);
+    }
+    if stage_a || stage_b {
+        let _ = writeln!(b, "    AscendC::SyncAll(); /* every AIV's staged rows are in GM before any tile reads them */");
+    }
+    let _ = writeln!(b, "    AscendC::GlobalTensor<float> ws, wo; /* this AIV's score tile (S, then P) and output accumulator */");
+    let _ = writeln!(b, "    ws.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV), BR * BC);\n    wo.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV) + BR * BC, BR * DV);");
+    let _ = writeln!(b, "    for (int64_t u = aiv; u < units; u += naiv) {{");
+    let _ = writeln!(b, "        const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min(BR, SQ - q0);");
+    let _ = writeln!(b, "        for (int64_t i = 0; i < br; ++i) {{ mr.SetValue((uint32_t)i, -INFINITY); lr.SetValue((uint32_t)i, 0.0f); }}");
+    let operand_at = |b: &mut String, em: &Emitter, sp: &Space, v: NodeId, staged: bool, row: &str, col: &str, t: bool, ld: &str, name: &str| {
+        let tag = sp.tag;
+        if staged {
+            let _ = writeln!(b, "            AscendC::GlobalTensor<float> {name} = w{tag}[({row}) * ({ld}) + {col}];");
+        } else {
+            b.push_str(&row_offsets(em, sp, row, "            "));
+            let a = sp.accesses[&v];
+            let gb = format!("g{}", em.buf[&resolve(em.g, v).base]);
+            let c = if t { format!("({col}) * ({ld})") } else { col.to_string() };
+            let _ = writeln!(b, "            AscendC::GlobalTensor<float> {name} = {gb}[{tag}_row{a} + {c}];");
+        }
+    };
+    let _ = writeln!(b, "        for (int64_t k0 = 0; k0 < SK; k0 += BC) {{");
+    if causal {
+        let _ = writeln!(b, "            if (k0 > q0 + br - 1 + ({})) break; /* every later key is masked for this block */", k.em.dim(&sk.sub(&sq)));
+    }
+    let _ = writeln!(b, "            const int64_t bc = af_min(BC, SK - k0);");
+    operand_at(b, &k.em, &spq, q, stage_a, "bi * SQ + q0", "0", tq, &ldq, "gq");
+    operand_at(b, &k.em, &spk, kt, stk.is_some(), "bi * D", "k0", tk, &ldk, "gk");
+    operand_at(b, &k.em, &spv, v, stv.is_some(), "bi * SK + k0", "0", tv, &ldv, "gv");
+    let _ = writeln!(b, "            mqk.SetOrgShape({});", org_shape("SQ", "SK", "D", tq, &ldq, tk, &ldk, "BC"));
+    let _ = writeln!(b, "            mqk.SetTensorA(gq, {tq});\n            mqk.SetTensorB(gk, {tk});");
+    let _ = writeln!(b, "            mqk.SetSingleShape((int)br, (int)bc, (int)D);\n            mqk.IterateAll(ws);");
+    let _ = writeln!(b, "            AscendC::PipeBarrier<PIPE_ALL>();");
+    let _ = writeln!(b, "            for (int64_t i = 0; i < br; ++i) {{");
+    if !chain_code.is_empty() {
+        let _ = writeln!(b, "                /* the chain on the scores: {} */", f.chain.iter().map(|m| g.node(*m).op.name()).collect::<Vec<_>>().join(" "));
+        b.push_str(&row_offsets(&k.em, &sps, "bi * SQ + q0 + i", "                "));
+        b.push_str(&chain_code);
+        let _ = writeln!(b, "                AscendC::PipeBarrier<PIPE_ALL>(); /* the block max reads what the chain wrote */");
+    }
+    let _ = writeln!(b, "                float bm = -INFINITY;");
+    b.push_str(&stream("ws[i * BC + c0]", "", "bc", &max_body, "                "));
+    let _ = writeln!(b, "                const float mo = mr.GetValue((uint32_t)i), mx = mo > bm ? mo : bm;");
+    let _ = writeln!(b, "                const float mxe = mx == -INFINITY ? 0.0f : mx; /* every key so far masked: P = 0 */");
+    let _ = writeln!(b, "                const float corr = mo == -INFINITY ? 0.0f : af_s_exp(sc, mo - mx);");
+    let _ = writeln!(b, "                float ps = 0.0f;");
+    b.push_str(&stream("ws[i * BC + c0]", "ws[i * BC + c0]", "bc", &exp_body, "                "));
+    let _ = writeln!(b, "                lr.SetValue((uint32_t)i, lr.GetValue((uint32_t)i) * corr + ps);\n                mr.SetValue((uint32_t)i, mx);");
+    let _ = writeln!(b, "                if (k0 > 0) {{ /* rescale what was accumulated under the old max */");
+    b.push_str(&stream("wo[i * DV + c0]", "wo[i * DV + c0]", "DV", &scale_body, "                    "));
+    let _ = writeln!(b, "                }}\n            }}");
+    let _ = writeln!(b, "            AscendC::PipeBarrier<PIPE_ALL>(); /* P and the rescaled O are in GM before the cube reads them */");
+    let _ = writeln!(b, "            mpv.SetOrgShape({});", org_shape("BR", "DV", "BC", false, "BC", tv, &ldv, "DV"));
+    let _ = writeln!(b, "            mpv.SetTensorA(ws, false);\n            mpv.SetTensorB(gv, {tv});");
+    let _ = writeln!(b, "            mpv.SetSingleShape((int)br, (int)DV, (int)bc);\n            mpv.IterateAll(wo, k0 > 0 ? 1 : 0); /* the first block writes, later ones add */");
+    let _ = writeln!(b, "            AscendC::PipeBarrier<PIPE_ALL>();\n        }}");
+    let _ = writeln!(b, "        for (int64_t i = 0; i < br; ++i) {{ /* normalise and store */");
+    let _ = writeln!(b, "            const float l = lr.GetValue((uint32_t)i), inv = l > 0.0f ? 1.0f / l : 0.0f;");
+    b.push_str(&fin);
+    let _ = writeln!(b, "        }}\n    }}\n    mqk.End();\n    mpv.End();");
+    (Work::Flash { batch: numel(&batch), sq, sk, d, dv }, stage_a, stage_b)
 }
 
 /// One row copied from its source to the job's single output (staging).
@@ -1095,7 +1319,10 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
                 let (w, sa, sb) = gen_matmul(&mut k, grp);
                 (w, true, 1, sa, sb)
             }
-            GroupKind::FlashAttention => return Err(format!("{name}: flash attention is not generated for Ascend yet")),
+            GroupKind::FlashAttention => {
+                let (w, sa, sb) = gen_flash(&mut k, grp);
+                (w, true, 2, sa, sb)
+            }
             GroupKind::Horizontal => return Err(format!("{name}: horizontal matmul groups are not generated for Ascend yet")),
         };
         let ops = describe(g, grp);
@@ -1107,7 +1334,9 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
             let _ = writeln!(f, " * source lines: {}", lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", "));
         }
         let _ = writeln!(f, " */");
-        let _ = writeln!(f, "__aicore__ inline void {name}_body(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
+        // Global names carry the module symbol: several modules link into one binary.
+        let fname = format!("{symbol}_{name}");
+        let _ = writeln!(f, "__aicore__ inline void {fname}_body(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
         if !mix {
             let _ = writeln!(f, "    if ASCEND_IS_AIC {{ return; }} /* vector work: in a mix launch (the pipeline) the cube idles */");
         }
@@ -1126,15 +1355,15 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
         let ubdecl = k.ub.decls("    ");
         f.push_str(&k.body.replacen("    /*UB*/\n", &ubdecl, 1));
         let _ = writeln!(f, "}}");
-        let _ = writeln!(f, "extern \"C\" __global__ __aicore__ void {name}(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
+        let _ = writeln!(f, "extern \"C\" __global__ __aicore__ void {fname}(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
         let _ = writeln!(f, "    KERNEL_TASK_TYPE_DEFAULT({});", if mix { "KERNEL_TYPE_MIX_AIC_1_2" } else { "KERNEL_TYPE_AIV_ONLY" });
         if mix {
             let _ = writeln!(f, "    AscendC::SetSysWorkspace(workspace);");
         }
-        let _ = writeln!(f, "    {name}_body(args, tilings, workspace);\n}}\n");
+        let _ = writeln!(f, "    {fname}_body(args, tilings, workspace);\n}}\n");
         code.push_str(&f);
         kernels.push(AscendKernel { name: name.clone(), buffers, n_inputs: grp.inputs.len(), work, ops, mix, ub_per_col: k.ub.per_col(), ub_fixed: k.ub.fixed(), cube, stage_a: sa, stage_b: sb });
-        bodies.push((name, mix));
+        bodies.push((fname, mix));
     }
     // The pipeline: every body in one mix launch, synchronised by kernel type.
     let _ = writeln!(code, "/* The opt_level-3 pipeline: all kernels in one launch (SuperKernel style). Between two");
@@ -1157,8 +1386,8 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
     let _ = writeln!(code, "/* Host side: one launcher for every kernel (kernel == {} launches the pipeline). */", kernels.len());
     let _ = writeln!(code, "extern \"C\" int32_t {launch}(uint32_t kernel, uint32_t block_dim, void *stream, uint8_t *args, uint8_t *tilings, uint8_t *workspace) {{");
     let _ = writeln!(code, "    switch (kernel) {{");
-    for (i, k) in kernels.iter().enumerate() {
-        let _ = writeln!(code, "    case {i}: {}<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;", k.name);
+    for (i, (fname, _)) in bodies.iter().enumerate() {
+        let _ = writeln!(code, "    case {i}: {fname}<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;");
     }
     let _ = writeln!(code, "    case {}: {symbol}_pipeline<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;", kernels.len());
     let _ = writeln!(code, "    default: return -1;\n    }}\n}}");

@@ -278,6 +278,7 @@ public:
         }
         a_ = gm;
         aSet_ = true;
+        setSinceIterate_ = true;
         transA_ = isTransposeA;
     }
     void SetTensorB(const GlobalTensor<BT>& gm, bool isTransposeB = false)
@@ -289,6 +290,7 @@ public:
         }
         b_ = gm;
         bSet_ = true;
+        setSinceIterate_ = true;
         transB_ = isTransposeB;
     }
     void SetBias(const GlobalTensor<BiasT>& biasGlobal)
@@ -299,6 +301,7 @@ public:
         }
         bias_ = biasGlobal;
         biasOn_ = true;
+        setSinceIterate_ = true;
     }
     void DisableBias()
     {
@@ -311,14 +314,19 @@ public:
     void SetOrgShape(int orgM, int orgN, int orgKa, int orgKb, int orgKc = 0)
     {
         client("SetOrgShape");
-        (void)orgKc;
-        if (orgM <= 0 || orgN <= 0 || orgKa <= 0 || orgKb <= 0) {
-            ascend_sim::failf("Matmul::SetOrgShape(", orgM, ", ", orgN, ", ", orgKa, ", ", orgKb, "): sizes must be > 0");
+        if (orgM <= 0 || orgN <= 0 || orgKa <= 0 || orgKb <= 0 || orgKc < 0) {
+            ascend_sim::failf("Matmul::SetOrgShape(", orgM, ", ", orgN, ", ", orgKa, ", ", orgKb, ", ", orgKc, "): sizes must be > 0 (orgKc >= 0)");
+        }
+        /* SetOrgShape.md, constraints: call it before SetTensorA/B, SetBias and SetSingleShape. */
+        if (setSinceIterate_) {
+            ascend_sim::failf("Matmul::SetOrgShape after SetTensorA/SetTensorB/SetBias/SetSingleShape: the documented order is SetOrgShape first");
         }
         orgM_ = orgM;
         orgN_ = orgN;
         orgKa_ = orgKa;
         orgKb_ = orgKb;
+        /* orgKc: the N of C when it differs from B's N (0 = B's N; SetOrgShape.md). */
+        orgKc_ = orgKc;
     }
 
     /* The single-core shape must not exceed the tiling's singleCoreM/N/K (section 3.2). */
@@ -326,6 +334,7 @@ public:
     {
         client("SetSingleShape");
         single(singleM, singleN, singleK, "SetSingleShape");
+        setSinceIterate_ = true;
     }
     void SetTail(int tailM = -1, int tailN = -1, int tailK = -1)
     {
@@ -356,12 +365,12 @@ public:
         /* strides of the stored (ND) matrices, from the org shape */
         j.lda = transA_ ? orgM_ : orgKa_;
         j.ldb = transB_ ? orgKb_ : orgN_;
-        j.ldc = orgN_;
+        j.ldc = orgKc_ > 0 ? orgKc_ : orgN_;
         if (!transA_ && j.k > orgKa_) failf(api, ": single k = ", j.k, " > org Ka = ", orgKa_, " (row stride of A)");
         if (transA_ && j.m > orgM_) failf(api, ": single m = ", j.m, " > org M = ", orgM_, " (row stride of A^T)");
         if (!transB_ && j.n > orgN_) failf(api, ": single n = ", j.n, " > org N = ", orgN_, " (row stride of B)");
         if (transB_ && j.k > orgKb_) failf(api, ": single k = ", j.k, " > org Kb = ", orgKb_, " (row stride of B^T)");
-        if (j.n > orgN_) failf(api, ": single n = ", j.n, " > org N = ", orgN_, " (row stride of C)");
+        if (j.n > j.ldc) failf(api, ": single n = ", j.n, " > the row stride of C = ", j.ldc, " (org Kc, or org N when Kc = 0)");
         const uint64_t aElems = transA_ ? (j.k - 1) * j.lda + j.m : (j.m - 1) * j.lda + j.k;
         const uint64_t bElems = transB_ ? (j.n - 1) * j.ldb + j.k : (j.k - 1) * j.ldb + j.n;
         const uint64_t cElems = (j.m - 1) * j.ldc + j.n;
@@ -369,6 +378,8 @@ public:
         j.b = b_.check(0, bElems * sizeof(BT), "Matmul::IterateAll (tensor B)");
         j.c = gm.check(0, cElems * sizeof(CT), "Matmul::IterateAll (tensor C)");
         j.bias = biasOn_ ? bias_.check(0, j.n * sizeof(BiasT), "Matmul::IterateAll (bias)") : nullptr;
+        /* The next computation may start with SetOrgShape again. */
+        setSinceIterate_ = false;
         matmul_call("IterateAll", [j] {
             if (j.atomic) gm_atomic_lock();
             matmul_compute<AT, BT, CT, BiasT>(j);
@@ -458,7 +469,9 @@ private:
     GlobalTensor<BT> b_;
     GlobalTensor<BiasT> bias_;
     bool aSet_ = false, bSet_ = false, transA_ = false, transB_ = false, biasOn_ = false;
-    int orgM_ = 0, orgN_ = 0, orgKa_ = 0, orgKb_ = 0;
+    int orgM_ = 0, orgN_ = 0, orgKa_ = 0, orgKb_ = 0, orgKc_ = 0;
+    /* SetTensorA/B, SetBias or SetSingleShape called since the last IterateAll. */
+    bool setSinceIterate_ = false;
     int m_ = 0, n_ = 0, k_ = 0;
 };
 
