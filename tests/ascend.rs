@@ -6,6 +6,8 @@
 #![cfg(feature = "ascend")]
 
 mod common;
+#[path = "layers/mod.rs"]
+mod layers;
 
 use autofusion::{Device, Tensor};
 use autofusion_compiler::front::{parse_options, Options};
@@ -30,7 +32,7 @@ fn graphs() -> Vec<(String, syn::ItemFn, Options)> {
 
 fn configs() -> Vec<(String, u8, RuleSet)> {
     let mut v: Vec<(String, u8, RuleSet)> = (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
-    // qkv_horizontal (opt-in) has no Ascend generator yet: `Unit::variant_ascend` says so.
+    // (qkv_horizontal is not applied on Ascend: `Unit::variant_ascend` plans without it.)
     for r in Rule::ALL.iter().filter(|r| r.implemented() && !matches!(**r, Rule::Pipeline | Rule::QkvHorizontal)) {
         let mut s = RuleSet::none();
         s.insert(*r);
@@ -87,6 +89,56 @@ fn every_layer_graph_matches_the_reference_on_ascend() {
                 common::assert_close(&format!("Ascend: {name}, {label}, S = {s}"), &got, want);
             }
             eprintln!("ok: {name}, {label} ({} kernels)", src.kernels.len());
+        }
+    }
+}
+
+/// The macro's entry point: the layers this package's build.rs compiled (Ascend C built by
+/// autofusion-build with bisheng, linked into this test) run on `Device::Ascend(0)`, weights
+/// resident across calls, at several sequence lengths (DynamicTiling per shape).
+#[test]
+fn macro_layers_run_on_the_ascend_device() {
+    let dev = Device::Ascend(0);
+    let m = layers::llama_block::module().unwrap();
+    let g = m.graph().clone();
+    for s in [1i64, 33, 100] {
+        let ins = common::inputs(&g, &[s], s as u64);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let want = m.reference(&refs).unwrap();
+        let got = layers::llama_block::ascend_module().unwrap().run(0, &refs).unwrap();
+        common::assert_close(&format!("llama_block on Ascend at S = {s}"), &got, &want);
+    }
+    let a = layers::ffn_f16::module().unwrap();
+    let ins = common::inputs(a.graph(), &[7], 3);
+    let want = a.reference(&ins.iter().collect::<Vec<_>>()).unwrap();
+    let got = layers::ffn_f16::run_on(dev, &ins[0], &ins[1], &ins[2], &ins[3], &ins[4], &ins[5]).unwrap();
+    common::assert_close("ffn_f16 through run_on(Ascend)", &[got], &want);
+    // Runtime errors name the graph and shapes on this device too.
+    let bad = Tensor::zeros(ins[0].dtype(), &[7, 3]);
+    let e = layers::ffn_f16::run_on(dev, &bad, &ins[1], &ins[2], &ins[3], &ins[4], &ins[5]).unwrap_err().to_string();
+    assert!(e.contains("ffn_f16") && e.contains("[7, 3]"), "{e}");
+}
+
+/// Random layer-like graphs (the compiler's property-test generator) through the Ascend path
+/// at opt_level 2 and 3.
+#[test]
+fn random_graphs_match_the_reference_on_ascend() {
+    let target = Target::ascend910b();
+    for seed in 0..12u64 {
+        let src = autofusion_compiler::testing::random_graph(seed, 6 + seed as usize % 6);
+        let file = syn::parse_file(&src).unwrap();
+        let (f, attr) = find_graphs(&file.items).remove(0);
+        let base = parse_options(attr).unwrap();
+        for level in [2u8, 3] {
+            let unit = Unit::with_options(Options { opt_level: level, ..base.clone() }, f).unwrap();
+            let m = autofusion_runtime::jit::load_ascend(&unit, Variant::Fused, &target, &dir()).unwrap_or_else(|e| panic!("random graph {seed}: {e}\n{src}"));
+            for s in [1i64, 13] {
+                let ins = common::inputs(m.graph(), &[s], seed + 5);
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                let want = m.reference(&refs).unwrap();
+                let got = m.run(0, &refs).unwrap_or_else(|e| panic!("random graph {seed} at opt_level {level}, S = {s}: {e}\n{src}"));
+                common::assert_close(&format!("Ascend: random graph {seed} at opt_level {level}, S = {s}:\n{src}"), &got, &want);
+            }
         }
     }
 }

@@ -93,8 +93,16 @@ fn tiling_is_cached_per_shape() {
 }
 
 #[test]
+#[cfg(not(feature = "ascend"))]
 fn ascend_device_is_a_clear_error_without_the_feature() {
     let e = autofusion::Device::Ascend(0).check().unwrap_err();
     assert!(e.to_string().contains("--features ascend"), "{e}");
     autofusion::Device::Cpu.check().unwrap();
+    // The per-graph entry point says the same.
+    let x = Tensor::zeros(DType::BF16, &[3, 96]);
+    let g = Tensor::zeros(DType::BF16, &[96]);
+    let e = layers::add_norm_bf16::run_on(autofusion::Device::Ascend(0), &x, &x, &g).unwrap_err();
+    assert!(e.to_string().contains("--features ascend"), "{e}");
+    let (h, s) = layers::add_norm_bf16::run_on(autofusion::Device::Cpu, &x, &x, &g).unwrap();
+    assert_eq!((h.shape(), s.shape()), (&[3usize, 96][..], &[3usize, 96][..]));
 }

@@ -177,13 +177,18 @@ impl Unit {
 
 impl Unit {
     /// Plan one variant for `target` (normally `ascend910b`) and generate its Ascend C.
+    /// The opt-in `qkv_horizontal` rule is not applied on Ascend: the generator has no
+    /// horizontal kernel (on the NPU the projections run as separate mix launches, or as bodies
+    /// of the one pipeline launch at opt_level 3).
     pub fn variant_ascend(&self, v: Variant, target: &target::Target) -> Result<(plan::Plan, codegen::ascend::AscendSource), String> {
         let o = &self.lowered.options;
         let level = match v {
             Variant::Fused => o.opt_level,
             Variant::Unfused => 0,
         };
-        let plan = plan::plan(&self.graph, level, o.rules, &o.hints, target);
+        let mut rules = o.rules;
+        rules.remove(plan::Rule::QkvHorizontal);
+        let plan = plan::plan(&self.graph, level, rules, &o.hints, target);
         let src = self.generate_ascend(v, &plan, &self.symbol(v))?;
         Ok((plan, src))
     }

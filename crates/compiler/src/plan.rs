@@ -87,6 +87,9 @@ impl RuleSet {
     pub fn contains(self, r: Rule) -> bool {
         self.0 & (1 << r as u32) != 0
     }
+    pub fn remove(&mut self, r: Rule) {
+        self.0 &= !(1 << r as u32);
+    }
     pub fn names(self) -> Vec<&'static str> {
         Rule::ALL.iter().filter(|r| self.contains(**r)).map(|r| r.name()).collect()
     }

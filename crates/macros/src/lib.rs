@@ -64,6 +64,41 @@ fn expand(unit: &Unit, f: &syn::ItemFn) -> proc_macro2::TokenStream {
     let params_ty = params.iter().map(|p| quote!(#p: &::autofusion::Tensor));
     let params_ty2 = params_ty.clone();
     let params_ty3 = params_ty.clone();
+    let params_ty4 = params_ty.clone();
+    // With the `ascend` feature the build script also compiled the graph's Ascend C; bind its
+    // launchers and check that it did.
+    let (ascend_items, ascend_arg) = if cfg!(feature = "ascend") {
+        let launch = format_ident!("{}_launch", fused_sym);
+        let json = format_ident!("{}_ascend_json", fused_sym);
+        let env_a = format!("{env}_ASCEND");
+        let no_ascend = format!(
+            "graph `{name}` has no Ascend build output: the `ascend` feature of autofusion is on, but build.rs did not build Ascend kernels; give the package an `ascend` feature that enables `autofusion/ascend` (build.rs sees CARGO_FEATURE_ASCEND), or call `Builder::ascend(true)`"
+        );
+        let items = quote! {
+            const _: () = match ::core::option_env!(#env_a) {
+                ::core::option::Option::None => ::core::panic!(#no_ascend),
+                ::core::option::Option::Some(__h) => {
+                    if !::autofusion::__private::str_eq(__h, #hash) {
+                        ::core::panic!(#stale)
+                    }
+                }
+            };
+
+            extern "C" {
+                fn #launch(kernel: u32, block_dim: u32, stream: *mut ::core::ffi::c_void, args: *mut u8, tilings: *mut u8, workspace: *mut u8) -> i32;
+                fn #json() -> *const ::core::ffi::c_char;
+            }
+
+            /// The fused variant's Ascend C kernels (feature `ascend`).
+            pub fn ascend_module() -> ::autofusion::Result<&'static ::autofusion::__private::AscendModule> {
+                static CELL: ::autofusion::__private::OnceCell<::autofusion::__private::AscendModule> = ::autofusion::__private::OnceCell::new();
+                ::autofusion::__private::load_ascend(&CELL, module()?, #launch, #json, #fused_str)
+            }
+        };
+        (items, quote!(&ascend_module,))
+    } else {
+        (quote!(), quote!())
+    };
     quote::quote_spanned! {span=>
         #(#attrs)*
         #[doc = #doc]
@@ -117,6 +152,17 @@ fn expand(unit: &Unit, f: &syn::ItemFn) -> proc_macro2::TokenStream {
             }
 
             /// Run the unfused graph op by op in the reference interpreter (the test oracle).
+            #ascend_items
+
+            /// Run on `device` (`Device::Cpu`, or `Device::Ascend(n)` when built with the
+            /// `ascend` feature; without it that device returns an error saying so).
+            #[allow(clippy::too_many_arguments)]
+            pub fn run_on(device: ::autofusion::Device, #(#params_ty4),*) -> ::autofusion::Result<#ret> {
+                let __v = ::autofusion::__private::run_on(device, &module, #ascend_arg &[#(#params),*])?;
+                #convert
+                Ok(#result)
+            }
+
             #[allow(clippy::too_many_arguments)]
             pub fn reference(#(#params_ty3),*) -> ::autofusion::Result<#ret> {
                 let __v = module()?.reference(&[#(#params),*])?;

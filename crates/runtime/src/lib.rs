@@ -51,6 +51,8 @@ impl Device {
 /// Items the `#[fused_graph]` expansion refers to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    #[cfg(feature = "ascend")]
+    pub use crate::ascend::AscendModule;
     pub use crate::exec::{AfModule, Module};
     pub use once_cell::sync::OnceCell;
 
@@ -74,6 +76,39 @@ pub mod __private {
     pub fn load(cell: &'static OnceCell<Module>, ptr: *const AfModule, symbol: &str) -> crate::Result<&'static Module> {
         // SAFETY: `ptr` comes from the generated `af_*` function named `symbol`.
         cell.get_or_try_init(|| unsafe { Module::from_raw(ptr, symbol) })
+    }
+
+    /// Run on `device`: the CPU module, or (feature `ascend`) the Ascend module from `ascend`.
+    pub fn run_on(
+        device: crate::Device,
+        cpu: &dyn Fn() -> crate::Result<&'static Module>,
+        #[cfg(feature = "ascend")] ascend: &dyn Fn() -> crate::Result<&'static crate::ascend::AscendModule>,
+        inputs: &[&crate::Tensor],
+    ) -> crate::Result<Vec<crate::Tensor>> {
+        match device {
+            crate::Device::Cpu => cpu()?.run(inputs),
+            #[cfg(feature = "ascend")]
+            crate::Device::Ascend(n) => ascend()?.run(n, inputs),
+            #[cfg(not(feature = "ascend"))]
+            d @ crate::Device::Ascend(_) => {
+                d.check()?;
+                unreachable!("Device::check rejects Ascend without the feature")
+            }
+        }
+    }
+
+    /// Load an Ascend module once (feature `ascend`).
+    #[cfg(feature = "ascend")]
+    pub fn load_ascend(
+        cell: &'static OnceCell<crate::ascend::AscendModule>,
+        cpu: &'static Module,
+        launch: crate::ascend::LaunchFn,
+        json: unsafe extern "C" fn() -> *const std::ffi::c_char,
+        symbol: &str,
+    ) -> crate::Result<&'static crate::ascend::AscendModule> {
+        // SAFETY: `launch` and `json` are the generated `<symbol>_launch` / `<symbol>_ascend_json`
+        // of the graph whose CPU module is `cpu` (the macro expansion pairs them).
+        cell.get_or_try_init(|| unsafe { crate::ascend::AscendModule::from_raw(cpu.graph().clone(), launch, json, symbol) })
     }
 
     /// The outputs of a run as an array of the arity the signature declares.

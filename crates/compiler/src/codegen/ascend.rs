@@ -29,8 +29,12 @@
 //!   docs' recommended split (doc §11.9 "LayerNorm + Linear": A = normalised rows written by
 //!   the AIVs to a GM workspace), because the cube cannot apply elementwise ops while loading
 //!   A and recomputing the statistics per N tile would repeat the vector work.
-//! - flash attention and horizontal matmul groups: not generated yet (`generate` returns an
-//!   error naming the kernel).
+//! - flash attention: mix 1:2 with two Matmul objects: S = Q K^T on the cube into the AIV's
+//!   BR x BC score tile, the chain (scale, mask) and the online softmax on the AIV (row max,
+//!   P = exp(S - max) in place, running max and sum in UB), O += P V on the cube with atomic
+//!   accumulation into the AIV's output tile after the AIV rescaled it; no S x S buffer.
+//! - horizontal matmul groups: not generated (`generate` returns an error naming the kernel;
+//!   `Unit::variant_ascend` plans without the opt-in rule that forms them).
 //! - the opt_level-3 pipeline: one mix launch calling every body in order, with `SyncAll`
 //!   between dependent kernels, AIV-only when neither side uses the cube (doc §10: sync only
 //!   the core types that need it).
@@ -1323,7 +1327,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
                 let (w, sa, sb) = gen_flash(&mut k, grp);
                 (w, true, 2, sa, sb)
             }
-            GroupKind::Horizontal => return Err(format!("{name}: horizontal matmul groups are not generated for Ascend yet")),
+            GroupKind::Horizontal => return Err(format!("{name}: horizontal matmul groups have no Ascend generator (plan without qkv_horizontal)")),
         };
         let ops = describe(g, grp);
         let why = if grp.rules.is_empty() { "one op: nothing fused".to_string() } else { format!("fused by {}", grp.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")) };
