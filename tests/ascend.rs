@@ -18,18 +18,6 @@ use std::path::PathBuf;
 /// Tails and a single row; 100 spreads rows unevenly over the 48 AIVs.
 const SHAPES: [i64; 3] = [1, 7, 100];
 
-fn graphs() -> Vec<(String, syn::ItemFn, Options)> {
-    let mut out = Vec::new();
-    for file in ["examples/seed_layer.rs", "tests/layers/mod.rs"] {
-        let src = std::fs::read_to_string(file).unwrap();
-        let parsed = syn::parse_file(&src).unwrap();
-        for (f, attr) in find_graphs(&parsed.items) {
-            out.push((f.sig.ident.to_string(), f.clone(), parse_options(attr).unwrap()));
-        }
-    }
-    out
-}
-
 fn configs() -> Vec<(String, u8, RuleSet)> {
     let mut v: Vec<(String, u8, RuleSet)> = (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
     // (qkv_horizontal is not applied on Ascend: `Unit::variant_ascend` plans without it.)
@@ -56,7 +44,7 @@ fn device_ascend_is_available() {
 fn every_layer_graph_matches_the_reference_on_ascend() {
     let target = Target::ascend910b();
     let only = std::env::var("AUTOFUSION_TEST_GRAPH").ok();
-    for (name, item, base) in graphs() {
+    for (name, item, base) in common::layer_graphs() {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }

@@ -12,18 +12,6 @@ use std::path::PathBuf;
 
 const SHAPES: [i64; 4] = [1, 7, 100, 513];
 
-fn graphs() -> Vec<(String, syn::ItemFn, Options)> {
-    let mut out = Vec::new();
-    for file in ["examples/seed_layer.rs", "tests/layers/mod.rs"] {
-        let src = std::fs::read_to_string(file).unwrap();
-        let parsed = syn::parse_file(&src).unwrap();
-        for (f, attr) in find_graphs(&parsed.items) {
-            out.push((f.sig.ident.to_string(), f.clone(), parse_options(attr).unwrap()));
-        }
-    }
-    out
-}
-
 fn configs() -> Vec<(String, u8, RuleSet)> {
     let mut v: Vec<(String, u8, RuleSet)> = (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
     for r in Rule::ALL.iter().filter(|r| r.implemented()) {
@@ -46,7 +34,7 @@ fn dir() -> PathBuf {
 #[test]
 fn every_rule_at_every_opt_level_matches_the_reference() {
     let target = Target::host();
-    for (name, item, base) in graphs() {
+    for (name, item, base) in common::layer_graphs() {
         // One reference per shape, shared by all plans of the graph.
         let unit0 = Unit::with_options(base.clone(), &item).unwrap();
         let m0 = autofusion_runtime::jit::load(&unit0, Variant::Unfused, &target, &dir(), &[]).unwrap();

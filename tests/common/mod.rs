@@ -58,3 +58,16 @@ pub fn check_module(what: &str, m: &Module, values: &[i64]) {
         assert_close(&format!("{what} at {:?} = {s}", g.dyn_dims), &got, &want);
     }
 }
+
+/// Every `#[fused_graph]` of the seed example and tests/layers: (name, item, options).
+pub fn layer_graphs() -> Vec<(String, syn::ItemFn, autofusion_compiler::front::Options)> {
+    let mut out = Vec::new();
+    for file in ["examples/seed_layer.rs", "tests/layers/mod.rs"] {
+        let src = std::fs::read_to_string(file).unwrap();
+        let parsed = syn::parse_file(&src).unwrap();
+        for (f, attr) in autofusion_compiler::find_graphs(&parsed.items) {
+            out.push((f.sig.ident.to_string(), f.clone(), autofusion_compiler::front::parse_options(attr).unwrap()));
+        }
+    }
+    out
+}

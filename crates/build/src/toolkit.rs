@@ -108,6 +108,7 @@ impl Toolkit {
                 places.push((PathBuf::from(v), format!("${name}")));
             }
         }
+        let env_set = !places.is_empty();
         for p in ["/usr/local/Ascend/cann", "/usr/local/Ascend/ascend-toolkit/latest"] {
             places.push((PathBuf::from(p), "default install path".into()));
         }
@@ -123,7 +124,7 @@ impl Toolkit {
                 Err(why) => tried += &format!("\n  - {} ({how}): {why}", root.display()),
             }
         }
-        if var("ASCEND_HOME_PATH").is_none() && var("ASCEND_TOOLKIT_HOME").is_none() {
+        if !env_set {
             tried.insert_str(0, "\n  - $ASCEND_HOME_PATH and $ASCEND_TOOLKIT_HOME: not set");
         }
         Err(format!(

@@ -3,8 +3,8 @@
 //!
 //! Per call: inputs are checked and the dims bound (as on the CPU), the per-shape launch plan
 //! (DynamicTiling of every kernel, buffer sizes, workspace) is taken from the cache or made,
-//! weights (parameters with static shapes) are uploaded once and stay resident while the same
-//! tensor comes back, activations are uploaded, the args table (dims, then one device address
+//! each parameter keeps one device copy that is reused while the same tensor (same contents
+//! stamp) comes back, so weights are uploaded once and new activations each call, the args table (dims, then one device address
 //! per module buffer) and the tiling structs are copied to the device, the kernels (or the
 //! opt_level-3 pipeline kernel) are launched through the module's `extern "C"` launcher and
 //! the stream is synchronised; outputs are copied back. Every ACL return code is checked and

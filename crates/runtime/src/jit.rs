@@ -27,6 +27,31 @@ fn dl_error() -> String {
     }
 }
 
+/// `dlopen` the library at `path` (kept loaded for the life of the process) and look up each
+/// of `names`.
+fn open_symbols(path: &Path, names: &[&str]) -> std::result::Result<Vec<*mut c_void>, String> {
+    let path = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: plain dlopen/dlsym with valid C strings.
+    unsafe {
+        let h = dlopen(path.as_ptr(), RTLD_NOW);
+        if h.is_null() {
+            return Err(dl_error());
+        }
+        names
+            .iter()
+            .map(|n| {
+                let c = CString::new(*n).map_err(|e| e.to_string())?;
+                let f = dlsym(h, c.as_ptr());
+                if f.is_null() {
+                    Err(dl_error())
+                } else {
+                    Ok(f)
+                }
+            })
+            .collect()
+    }
+}
+
 /// Generate, compile (`$CC`, default `cc`, with `flags`) and load one variant of `unit`.
 /// The library stays loaded for the life of the process.
 pub fn load(unit: &Unit, variant: Variant, target: &Target, dir: &Path, flags: &[&str]) -> Result<Module> {
@@ -56,19 +81,10 @@ pub fn load_built(built: &autofusion_compiler::Built, symbol: &str, dir: &Path, 
     if !out.status.success() {
         return Err(err(format!("`{cc}` failed on {}:\n{}", c.display(), String::from_utf8_lossy(&out.stderr))));
     }
-    let path = CString::new(so.to_string_lossy().as_bytes()).unwrap();
-    let name = CString::new(sym.clone()).unwrap();
-    // SAFETY: plain dlopen/dlsym of a library we just built; the symbol has the signature
-    // `const af_module *(void)` by construction of the code generator.
+    let f = open_symbols(&so, &[&sym]).map_err(err)?[0];
+    // SAFETY: the symbol has the signature `const af_module *(void)` by construction of the
+    // code generator.
     unsafe {
-        let h = dlopen(path.as_ptr(), RTLD_NOW);
-        if h.is_null() {
-            return Err(err(dl_error()));
-        }
-        let f = dlsym(h, name.as_ptr());
-        if f.is_null() {
-            return Err(err(dl_error()));
-        }
         let f: extern "C" fn() -> *const AfModule = std::mem::transmute(f);
         Module::from_raw(f(), &sym)
     }
@@ -120,21 +136,10 @@ pub fn load_ascend_built(
     if !out.status.success() {
         return Err(err(format!("`{bisheng}` failed on {}:\n{}", asc.display(), String::from_utf8_lossy(&out.stderr))));
     }
-    let path = CString::new(so.to_string_lossy().as_bytes()).unwrap();
-    let launch = CString::new(src.launch.clone()).unwrap();
-    let entry = CString::new(src.entry.clone()).unwrap();
-    // SAFETY: dlopen/dlsym of the library just built from `src`; the symbols have the
-    // signatures the generator gives them.
+    let f = open_symbols(&so, &[&src.launch, &src.entry]).map_err(err)?;
+    let (l, j) = (f[0], f[1]);
+    // SAFETY: the symbols have the signatures the generator gives them.
     unsafe {
-        let h = dlopen(path.as_ptr(), RTLD_NOW);
-        if h.is_null() {
-            return Err(err(dl_error()));
-        }
-        let l = dlsym(h, launch.as_ptr());
-        let j = dlsym(h, entry.as_ptr());
-        if l.is_null() || j.is_null() {
-            return Err(err(dl_error()));
-        }
         let l: crate::ascend::LaunchFn = std::mem::transmute(l);
         let j: unsafe extern "C" fn() -> *const c_char = std::mem::transmute(j);
         crate::ascend::AscendModule::from_raw(graph, l, j, &sym)

@@ -23,6 +23,7 @@ pub struct Tensor {
 
 /// Identity of a tensor's contents (ignored by `==`, which compares values).
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "ascend"), allow(dead_code))] // read by the Ascend device only
 pub(crate) struct Stamp(pub(crate) u64);
 
 impl Stamp {
@@ -140,10 +141,12 @@ impl Tensor {
         }
     }
     /// The contents' identity (see `Stamp`).
+    #[cfg_attr(not(feature = "ascend"), allow(dead_code))]
     pub(crate) fn stamp(&self) -> u64 {
         self.stamp.0
     }
     /// Bytes of the contents.
+    #[cfg_attr(not(feature = "ascend"), allow(dead_code))]
     pub(crate) fn nbytes(&self) -> usize {
         self.numel() * self.dtype().size()
     }

@@ -254,8 +254,6 @@ pub fn choose_ascend(
             t.chunk = fit.min(round_up(bc.max(dv).max(d), 16));
             t.br = br;
             t.bc = bc;
-            t.mc = br;
-            t.nc = bc;
             t.block_num = groups;
             // QK^T: br x bc by d; PV: br x dv by bc.
             t.cube[0] = cube_tiling(sq.max(1), sk.max(1), d, br, bc, groups);
