@@ -110,3 +110,37 @@ fn random_graphs_match_the_reference() {
         }
     }
 }
+
+/// Weight operands are packed once per tensor: a call with the same weights at another
+/// sequence length packs nothing, a call with other weights (same shapes) packs again and
+/// computes with the new ones, and a clone of a weight is the same tensor.
+#[test]
+fn packed_weights_follow_the_tensors_passed() {
+    // A module of its own (the counters would see other tests' calls on a shared one).
+    let (_, item, opts) = common::layer_graphs().into_iter().find(|(n, ..)| n == "ffn_f16").unwrap();
+    let unit = Unit::with_options(opts, &item).unwrap();
+    let m = autofusion_runtime::jit::load(&unit, Variant::Fused, &Target::host(), &dir(), &[]).unwrap();
+    let p = m.packed_operands();
+    assert!(p >= 2, "w1 and w2 are packed ahead ({p} packed operands)");
+    let g = m.graph().clone();
+    let a = common::inputs(&g, &[7], 1);
+    let refs: Vec<&Tensor> = a.iter().collect();
+    let before = m.packs_done();
+    common::assert_close("first weights", &m.run(&refs).unwrap(), &m.reference(&refs).unwrap());
+    assert_eq!(m.packs_done() - before, p);
+    // Same weights, another S: nothing repacked.
+    let x13 = common::inputs(&g, &[13], 2).swap_remove(0);
+    let mut same: Vec<&Tensor> = a.iter().collect();
+    same[0] = &x13;
+    common::assert_close("same weights, S = 13", &m.run(&same).unwrap(), &m.reference(&same).unwrap());
+    let clones: Vec<Tensor> = a.iter().cloned().collect();
+    let cl: Vec<&Tensor> = clones.iter().collect();
+    common::assert_close("cloned weights", &m.run(&cl).unwrap(), &m.reference(&cl).unwrap());
+    assert_eq!(m.packs_done() - before, p, "same tensors are not packed again");
+    // New weights of the same shapes: packed again, and the result follows them.
+    let b = common::inputs(&g, &[7], 3);
+    let refs_b: Vec<&Tensor> = b.iter().collect();
+    common::assert_close("second weights", &m.run(&refs_b).unwrap(), &m.reference(&refs_b).unwrap());
+    assert_eq!(m.packs_done() - before, 2 * p);
+    assert!(m.packed_bytes() > 0);
+}

@@ -76,7 +76,7 @@ static double gemm_rate(void) {
         for (int it = 0; it < 20; it++)
             for (int64_t jr = 0; jr < NC; jr += isa.nr)
                 for (int64_t ir = 0; ir + isa.mr <= MC; ir += isa.mr)
-                    isa.uk(KC, A + ir * KC, B + jr * KC, C + ir * NC + jr, NC, isa.mr, isa.nr, 1);
+                    isa.uk(KC, A + ir * KC, 1, isa.mr, B + jr * KC, C + ir * NC + jr, NC, isa.mr, isa.nr, 1);
         double t = now_us() - t0, r = 20.0 * 2 * (MC / isa.mr * isa.mr) * NC * KC / t;
         if (r > best) best = r;
     }

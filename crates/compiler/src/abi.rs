@@ -6,12 +6,19 @@
 //! tiling chosen at run time, `block` this block's index (0..t->block_num) and `scratch` this
 //! block's scratch memory (`Work::scratch_floats` floats). The tiling struct is defined once
 //! here and emitted both as C and (checked field by field) as `#[repr(C)]` Rust.
+//!
+//! A matmul whose B operand is read from a graph parameter (a weight) does not pack B itself:
+//! its `KernelMeta::packs` name a pack function per such operand, with the kernel signature,
+//! that writes the whole operand in the micro-kernel's sliver layout (`PackMeta`). The runtime
+//! runs it once per parameter tensor (again only when another tensor is passed) and appends
+//! the packed buffers to the kernel's `bufs` after its outputs, in `packs` order. The module's
+//! function table holds the kernels, then every kernel's pack functions in order.
 
 use crate::dim::DimExpr;
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever the layout of `af_tiling`, `af_module` or the kernel signature changes.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Largest micro-kernel tile of the host matmul template (rows of A, columns of B per sliver);
 /// the prelude's `AF_MR_MAX` / `AF_NR_MAX`.
@@ -63,6 +70,30 @@ pub struct KernelMeta {
     pub work: Work,
     /// The ops it holds, for error messages and reports.
     pub ops: String,
+    /// B operands read from parameters, packed once per parameter tensor by the runtime.
+    #[serde(default)]
+    pub packs: Vec<PackMeta>,
+}
+
+/// One matmul B operand packed ahead of the kernel: `batch` matrices of `k x n`, each stored as
+/// slivers of NR columns (NR = the micro-kernel's, chosen at run time), sliver `s` of matrix
+/// `b` at floats `((b * ceil(n / NR) + s) * k) * NR`, row `kk` of the sliver at `+ kk * NR`,
+/// columns past `n` zero. The pack function runs with `t->units` = `batch * ceil(n / NR_MAX)`
+/// column groups of `NR_MAX` columns, `t->rows_per_block` groups per block.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PackMeta {
+    /// The C function (`<kernel>_pack<i>`).
+    pub func: String,
+    /// The parameter the operand is read from (through views).
+    pub param: crate::ir::NodeId,
+    pub batch: DimExpr,
+    pub k: DimExpr,
+    pub n: DimExpr,
+}
+
+/// Floats a packed operand takes for any NR dividing `NR_MAX` (columns rounded up to `NR_MAX`).
+pub fn packed_floats(batch: i64, k: i64, n: i64) -> i64 {
+    batch.max(0) * ((n.max(0) + NR_MAX - 1) / NR_MAX * NR_MAX) * k.max(0)
 }
 
 /// Dynamic dims at the start of an Ascend kernel's args table (int64 each), before the

@@ -212,6 +212,14 @@ pub fn kernel_cost(
     // The host runtime runs small work inline, without a launch.
     let work_elems: f64 = members.iter().map(|m| cx.n(&numel(&iter_shape(g, *m)))).fold(0.0, f64::max);
     let launch = if work_elems < target.inline_below_elems as f64 { target.launch_us.min(0.2) } else { target.launch_us };
+    // ... and as one block on one core (DynamicTiling's thresholds: rows kernels below
+    // `inline_below_elems` elements, matmul and attention below 4x that many flops).
+    let inline_below = target.inline_below_elems as f64;
+    let one_block = |tiles: f64, flops: Option<f64>| match flops {
+        Some(f) if f < 4.0 * inline_below => 1.0,
+        None if work_elems < inline_below => 1.0,
+        _ => tiles,
+    };
     let mut cands = Vec::new();
     match kind {
         GroupKind::Elementwise | GroupKind::Concat => {
@@ -240,7 +248,7 @@ pub fn kernel_cost(
                 // Later passes over a row (after a reduction) re-read it from L1 on the host:
                 // not charged (measured: charging them at the in-cache bandwidth made fused
                 // norms look slower than their parts, which they are not).
-                let (exec, mem, comp, wave) = cx.exec_us((bytes, 0.0), cached, 0.0, vec_flops, trans, 0.0, 1.0, tiles, target.cores);
+                let (exec, mem, comp, wave) = cx.exec_us((bytes, 0.0), cached, 0.0, vec_flops, trans, 0.0, 1.0, one_block(tiles, None), target.cores);
                 cands.push((exec, mem, comp, wave, (bytes, 0.0), Tiling::Rows { rows_per_tile: r as i64 }, use_.clone(), cx.fits(&use_)));
                 if mem_name != "ub" {
                     break; // the host's choice of r does not change the model
@@ -286,6 +294,14 @@ pub fn kernel_cost(
             };
             // B rows contiguous: packing B is a copy (read at its dtype, written as f32).
             let b_rows_contiguous = crate::layout::resolve(g, b_in).strides.last().and_then(|s| s.as_const()) == Some(1);
+            // The host template packs a B read from a parameter once per weight tensor (not
+            // per call), and reads an f32 A with contiguous rows and no prologue in place.
+            let host = target.runtime_blocking.is_some();
+            let b_prepacked = host && matches!(g.node(crate::layout::resolve(g, b_in).base).op, crate::ir::Op::Param { .. });
+            let a_direct = host
+                && pro.is_empty()
+                && g.node(an.inputs[0]).dtype == crate::ir::DType::F32
+                && crate::layout::resolve(g, an.inputs[0]).strides.last().and_then(|s| s.as_const()) == Some(1);
             let b_copy_bytes = (g.node(b_in).dtype.size() + 4) as f64;
             for &mc in &mcs {
                 for &nc in &ncs {
@@ -316,13 +332,16 @@ pub fn kernel_cost(
                         // written once at the in-cache bandwidth); a transposed B is gathered
                         // at the packing rate.
                         let b_elems = batch * k * nn * mt;
-                        let pack_b = if b_rows_contiguous && target.pack_elems_per_us > 0.0 {
+                        let pack_b = if b_prepacked {
+                            0.0
+                        } else if b_rows_contiguous && target.pack_elems_per_us > 0.0 {
                             b_elems * b_copy_bytes / cx.llc_bw()
                         } else {
                             cx.pack_us(b_elems)
                         };
-                        let pack = cx.pack_us(batch * m * k * nt) + pack_b;
-                        let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, flops_v, pro_trans * nt + epi_trans, pack, eff, tiles, target.matrix_cores);
+                        let pack_a = if a_direct { 0.0 } else { cx.pack_us(batch * m * k * nt) };
+                        let pack = pack_a + pack_b;
+                        let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, flops_v, pro_trans * nt + epi_trans, pack, eff, one_block(tiles, Some(mm_flops)), target.matrix_cores);
                         let ok = cx.fits(&use_);
                         cands.push((exec, mem, comp, wave, bytes, Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 }, use_, ok));
                     }
@@ -363,7 +382,8 @@ pub fn kernel_cost(
             let d = cx.n(g.node(g.node(f.qk).inputs[0]).shape.last().unwrap());
             let dv = cx.n(g.node(f.pv).shape.last().unwrap());
             let mm_flops = 2.0 * batch * sq * sk * (d + dv);
-            let vec_f = 12.0 * batch * sq * sk;
+            // Per score: the chain (scale, mask), then max, subtract, sum and the rescale.
+            let vec_f = batch * sq * sk * (f.chain.len() as f64 + 4.0);
             let q_bytes = cx.bytes(g.node(f.qk).inputs[0]);
             let kv_bytes = cx.bytes(g.node(f.qk).inputs[1]) + cx.bytes(g.node(f.pv).inputs[1]);
             let mask_bytes: f64 = ins.iter().filter(|i| **i != g.node(f.qk).inputs[0] && **i != g.node(f.qk).inputs[1] && **i != g.node(f.pv).inputs[1]).map(|i| cx.bytes(*i)).sum();
@@ -376,8 +396,11 @@ pub fn kernel_cost(
                 for &bc in &bcs {
                     let (br, bc) = (f64::min(br, sq.max(1.0)), f64::min(bc, sk.max(1.0)));
                     let qt = (sq / br).ceil().max(1.0);
-                    // K and V of one (batch, head) are re-read for every query block.
-                    let (kv_hbm, kv_llc) = cx.reread(kv_bytes / batch, qt);
+                    // K and V of one (batch, head) are read once per unit: on the host a unit
+                    // is as many query blocks of a head as leave two units per core (the
+                    // runtime's choice), on Ascend one query block.
+                    let kv_reads = if target.runtime_blocking.is_some() { (2.0 * target.cores.max(1) as f64 / batch).ceil().clamp(1.0, qt) } else { qt };
+                    let (kv_hbm, kv_llc) = cx.reread(kv_bytes / batch, kv_reads);
                     let bytes = (q_bytes + kv_hbm * batch + mask_bytes + out_bytes, kv_llc * batch);
                     let onchip = (br * d + (bc * d + bc * dv) * db + br * bc + br * dv) * 4.0;
                     let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
@@ -385,9 +408,21 @@ pub fn kernel_cost(
                     let eff = (br / (br + 8.0)) * (bc / (bc + 16.0));
                     // One exp per score, plus the rescale per row and key block.
                     let t_exp = batch * sq * sk + batch * sq * (sk / bc).ceil();
-                    // Q and P once, K and V once per query block.
-                    let pack = cx.pack_us(batch * (sq * d + qt * sk * (d + dv) + sq * sk));
-                    let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, vec_f, t_exp, pack, eff, batch * qt, target.matrix_cores);
+                    // K and V once per unit, Q once, P per key block. On the host, Q (f32
+                    // with contiguous rows) and P are read in place, and V, K with contiguous
+                    // rows are copies at the in-cache bandwidth; a transposed K is gathered.
+                    let pack = if target.runtime_blocking.is_some() {
+                        let contiguous = |v: NodeId| crate::layout::resolve(g, v).strides.last().and_then(|s| s.as_const()) == Some(1);
+                        let (q, kt, v) = (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
+                        let copy = |v: NodeId, elems: f64| elems * (g.node(v).dtype.size() + 4) as f64 / cx.llc_bw();
+                        let q_us = if g.node(q).dtype == crate::ir::DType::F32 && contiguous(q) { 0.0 } else { cx.pack_us(batch * sq * d) };
+                        let k_us = if contiguous(kt) { copy(kt, batch * kv_reads * sk * d) } else { cx.pack_us(batch * kv_reads * sk * d) };
+                        let v_us = if contiguous(v) { copy(v, batch * kv_reads * sk * dv) } else { cx.pack_us(batch * kv_reads * sk * dv) };
+                        q_us + k_us + v_us
+                    } else {
+                        cx.pack_us(batch * (sq * d + kv_reads * sk * (d + dv) + sq * sk))
+                    };
+                    let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, vec_f, t_exp, pack, eff, one_block(batch * qt, Some(4.0 * batch * sq * sk * d)), target.matrix_cores);
                     let ok = cx.fits(&use_);
                     cands.push((exec, mem, comp, wave, bytes, Tiling::Flash { br: br as i64, bc: bc as i64 }, use_, ok));
                 }

@@ -15,7 +15,7 @@ pub struct Memory {
 
 /// Where `autofusion-build` caches the calibrated host profile, relative to cargo's target
 /// directory (versioned with the profile's fields).
-pub const HOST_PROFILE_CACHE: &str = "autofusion/host-profile-v7.json";
+pub const HOST_PROFILE_CACHE: &str = "autofusion/host-profile-v8.json";
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Target {
@@ -103,7 +103,7 @@ impl Target {
             transcendental_per_us: 200.0 * cores as f64,
             pack_elems_per_us: 1000.0 * cores as f64,
             inline_below_elems: 1 << 14,
-            runtime_blocking: Some([64, 512, 256, 64, 128]),
+            runtime_blocking: Some([256, 512, 256, 64, 128]),
             fma_peak_flops_per_us: 0.0,
             launch_us: 5.0,
             overlap: 0.5,

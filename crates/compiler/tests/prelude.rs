@@ -1,7 +1,7 @@
 //! The C prelude's numeric building blocks, compiled and run on this machine: every matmul
 //! micro-kernel the CPU supports (portable, AVX2+FMA, AVX-512F) against a naive product for
-//! all tile tails and both store modes, and `af_expf` against double-precision `exp`. Built
-//! once plainly and once with AddressSanitizer + UBSan, so an out-of-bounds store of a tail
+//! all tile tails, both A layouts (packed sliver, matrix rows) and both store modes, and
+//! `af_expf` against double-precision `exp`. Built once plainly and once with AddressSanitizer + UBSan, so an out-of-bounds store of a tail
 //! or an undefined shift fails the test.
 
 use autofusion_compiler::codegen::c::{CFLAGS, PRELUDE};
@@ -12,29 +12,32 @@ const HARNESS: &str = r#"
 #include <stdio.h>
 static int check_uk(const char *name, af_uk_fn uk, int64_t MR, int64_t NR) {
     int bad = 0;
+    for (int rows = 0; rows < 2; ++rows) /* A as a packed sliver (rs 1, cs MR), then as matrix rows (rs lda, cs 1) */
     for (int64_t kc = 1; kc <= 37; kc += 9)
     for (int64_t mr = 1; mr <= MR; ++mr)
     for (int64_t nr = 1; nr <= NR; ++nr)
     for (int acc = 0; acc < 2; ++acc) {
-        /* exact-size buffers, so ASan sees any store past the mr x nr tile */
-        float *A = malloc(sizeof(float) * (size_t)(kc * MR)), *B = malloc(sizeof(float) * (size_t)(kc * NR));
+        /* exact-size buffers (A holds only the mr valid rows), so ASan sees any access past the tile */
+        const int64_t lda = kc + 3, rs = rows ? lda : 1, cs = rows ? 1 : MR;
+        const int64_t na = rows ? (mr - 1) * lda + kc : (kc - 1) * MR + mr;
+        float *A = malloc(sizeof(float) * (size_t)na), *B = malloc(sizeof(float) * (size_t)(kc * NR));
         const int64_t ldc = nr + 3;
         float *C = malloc(sizeof(float) * (size_t)((mr - 1) * ldc + nr)), *R = malloc(sizeof(float) * (size_t)(mr * nr));
-        for (int64_t i = 0; i < kc * MR; ++i) A[i] = (i / MR < kc && i % MR < mr) ? (float)((i * 7) % 11) - 5.0f : 0.0f;
+        for (int64_t i = 0; i < na; ++i) A[i] = (float)((i * 7) % 11) - 5.0f;
         for (int64_t i = 0; i < kc * NR; ++i) B[i] = (i % NR < nr) ? (float)((i * 5) % 13) - 6.0f : 0.0f;
         for (int64_t i = 0; i < mr; ++i)
             for (int64_t j = 0; j < nr; ++j) {
                 C[i * ldc + j] = (float)(i + j);
                 double s = acc ? (double)(i + j) : 0.0;
-                for (int64_t k = 0; k < kc; ++k) s += (double)A[k * MR + i] * B[k * NR + j];
+                for (int64_t k = 0; k < kc; ++k) s += (double)A[i * rs + k * cs] * B[k * NR + j];
                 R[i * nr + j] = (float)s;
             }
-        uk(kc, A, B, C, ldc, mr, nr, acc);
+        uk(kc, A, rs, cs, B, C, ldc, mr, nr, acc);
         for (int64_t i = 0; i < mr; ++i)
             for (int64_t j = 0; j < nr; ++j)
                 if (C[i * ldc + j] != R[i * nr + j] && bad++ < 5)
-                    printf("%s kc=%ld mr=%ld nr=%ld acc=%d: C[%ld][%ld] = %g, want %g\n", name, (long)kc, (long)mr, (long)nr, acc,
-                           (long)i, (long)j, C[i * ldc + j], R[i * nr + j]);
+                    printf("%s %s kc=%ld mr=%ld nr=%ld acc=%d: C[%ld][%ld] = %g, want %g\n", name, rows ? "rows" : "sliver", (long)kc, (long)mr,
+                           (long)nr, acc, (long)i, (long)j, C[i * ldc + j], R[i * nr + j]);
         free(A), free(B), free(C), free(R);
     }
     printf("%s %ldx%ld: %s\n", name, (long)MR, (long)NR, bad ? "FAILED" : "ok");

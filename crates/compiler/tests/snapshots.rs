@@ -138,8 +138,8 @@ fn seed_layer_plans_per_opt_level() {
         k2 [linear_epilogue] k: matmul add
         k3 [linear_epilogue] v: matmul add
         k4 [linear_epilogue] scores: matmul mul
-        k5 [elementwise_chain,reduce_epilogue] p: reduce_max sub exp reduce_sum
-        k6 [norm_linear_prologue] p: div; a: matmul
+        k5 [elementwise_chain,reduce_epilogue] p: reduce_max sub exp reduce_sum div
+        k6 [] a: matmul
         k7 [] a: copy
         k8 [elementwise_chain,linear_epilogue] x1: matmul add add
         k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::pool::pool;
 use crate::reference;
 use crate::tensor::Tensor;
-use crate::tiling::{choose, Tiling};
+use crate::tiling::{choose, choose_pack, Tiling};
 use autofusion_compiler::abi::ABI_VERSION;
 use autofusion_compiler::dim::shape_str;
 use autofusion_compiler::ir::{Graph, NodeId};
@@ -61,8 +61,26 @@ pub struct Module {
     symbol: String,
     meta: ModuleMeta,
     kernels: Vec<KernelFn>,
+    /// Each kernel's pack functions (`KernelMeta::packs` order).
+    pack_fns: Vec<Vec<KernelFn>>,
     cache: Mutex<HashMap<Vec<i64>, Arc<ShapePlan>>>,
     arena: Mutex<Vec<u64>>,
+    /// Packed B operands by (kernel, pack): the latest parameter tensor each was packed from.
+    packed: Mutex<HashMap<(usize, usize), Arc<Packed>>>,
+    /// Operands packed so far (cache misses), for tests and reports.
+    packs_done: AtomicUsize,
+}
+
+/// 64-byte aligned storage for packed operands (the micro-kernels stream them).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Line([f32; 16]);
+
+/// One packed operand and what it was packed from: the tensor's contents stamp and the
+/// operand's (batch, k, n).
+struct Packed {
+    key: (u64, [i64; 3]),
+    data: Vec<Line>,
 }
 
 thread_local! {
@@ -94,16 +112,29 @@ impl Module {
         }
         let json = std::slice::from_raw_parts(m.json, m.json_len as usize);
         let meta: ModuleMeta = serde_json::from_slice(json).map_err(|e| err(format!("bad metadata: {e}")))?;
-        if meta.kernels.len() != m.n_kernels as usize {
-            return Err(err(format!("{} kernels in the table, {} in the metadata", m.n_kernels, meta.kernels.len())));
+        let n_packs: usize = meta.kernels.iter().map(|k| k.packs.len()).sum();
+        if meta.kernels.len() + n_packs != m.n_kernels as usize {
+            return Err(err(format!("{} functions in the table, {} kernels and {n_packs} pack functions in the metadata", m.n_kernels, meta.kernels.len())));
         }
         let table = std::slice::from_raw_parts(m.kernels, m.n_kernels as usize);
-        let kernels = table
+        let mut fns = table
             .iter()
             .enumerate()
-            .map(|(i, k)| k.ok_or_else(|| err(format!("kernel {i} is null"))))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Module { symbol: symbol.to_string(), meta, kernels, cache: Mutex::new(HashMap::new()), arena: Mutex::new(Vec::new()) })
+            .map(|(i, k)| k.ok_or_else(|| err(format!("function {i} of the table is null"))))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter();
+        let kernels: Vec<KernelFn> = fns.by_ref().take(meta.kernels.len()).collect();
+        let pack_fns = meta.kernels.iter().map(|k| fns.by_ref().take(k.packs.len()).collect()).collect();
+        Ok(Module {
+            symbol: symbol.to_string(),
+            meta,
+            kernels,
+            pack_fns,
+            cache: Mutex::new(HashMap::new()),
+            arena: Mutex::new(Vec::new()),
+            packed: Mutex::new(HashMap::new()),
+            packs_done: AtomicUsize::new(0),
+        })
     }
 
     pub fn graph(&self) -> &Graph {
@@ -276,8 +307,17 @@ impl Module {
                 Loc::Arena(off) => unsafe { arena_ptr.add(off) as *mut c_void },
             }
         };
-        let all_bufs: Vec<Vec<*mut c_void>> =
+        let mut all_bufs: Vec<Vec<*mut c_void>> =
             self.meta.kernels.iter().map(|k| k.buffers.iter().map(|b| ptr_of(*b)).collect()).collect();
+        // Packed B operands after each kernel's buffers (packed now if the tensor is new).
+        let mut held = Vec::new();
+        for (ki, k) in self.meta.kernels.iter().enumerate() {
+            for j in 0..k.packs.len() {
+                let p = self.packed_operand(ki, j, inputs, &dims, &mut all_bufs[ki], &plan)?;
+                all_bufs[ki].push(p.data.as_ptr() as *mut c_void);
+                held.push(p);
+            }
+        }
         let bufs: Vec<SendPtr> = all_bufs.iter().map(|b| SendPtr(b.as_ptr())).collect();
         let dims_ptr = dims.as_ptr() as usize;
         let run_block = |ki: usize, b: usize| {
@@ -343,6 +383,61 @@ impl Module {
         }
         drop(guard);
         Ok(outputs)
+    }
+
+    /// Packed operand `j` of kernel `ki` for these inputs: the cached one when it was packed
+    /// from the same tensor at the same extents, else packed now (on the pool) and cached.
+    /// `bufs` is the kernel's buffer table (the pack function reads its operand from it).
+    fn packed_operand(&self, ki: usize, j: usize, inputs: &[&Tensor], dims: &[i64], bufs: &mut Vec<*mut c_void>, plan: &ShapePlan) -> Result<Arc<Packed>> {
+        let g = &self.meta.graph;
+        let p = &self.meta.kernels[ki].packs[j];
+        let Some(Loc::Param(pi)) = plan.locs.get(&p.param).copied() else {
+            return Err(Error::Module { symbol: self.symbol.clone(), msg: format!("pack {} reads `{}`, which is not a parameter", p.func, g.node(p.param).name) });
+        };
+        let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+        let eval = |d: &autofusion_compiler::dim::DimExpr| d.eval(&bind).unwrap_or(0).max(0);
+        let key = (inputs[pi].stamp(), [eval(&p.batch), eval(&p.k), eval(&p.n)]);
+        if let Some(c) = self.packed.lock().unwrap().get(&(ki, j)) {
+            if c.key == key {
+                return Ok(c.clone());
+            }
+        }
+        let [b, k, n] = key.1;
+        let floats = autofusion_compiler::abi::packed_floats(b, k, n) as usize;
+        let mut data = vec![Line([0.0; 16]); floats.div_ceil(16).max(1)];
+        let (t, _) = choose_pack(b, k, n, pool().threads());
+        bufs.push(data.as_mut_ptr() as *mut c_void);
+        let bp = SendPtr(bufs.as_ptr());
+        let f = self.pack_fns[ki][j];
+        let dims_ptr = dims.as_ptr() as usize;
+        // SAFETY: `bufs` holds the kernel's buffers and the destination, sized by
+        // `packed_floats` for these extents; blocks write disjoint column groups; scratch is
+        // unused by pack functions.
+        pool().run(t.block_num as usize, &|blk| unsafe {
+            let bp = bp;
+            f(bp.0, dims_ptr as *const i64, &t, blk as i64, std::ptr::null_mut())
+        });
+        bufs.pop();
+        self.packs_done.fetch_add(1, Ordering::Relaxed);
+        let packed = Arc::new(Packed { key, data });
+        self.packed.lock().unwrap().insert((ki, j), packed.clone());
+        Ok(packed)
+    }
+
+    /// How many times a weight operand was packed (each call packs only operands whose tensor
+    /// or extents changed since the last call).
+    pub fn packs_done(&self) -> usize {
+        self.packs_done.load(Ordering::Relaxed)
+    }
+
+    /// Number of weight operands this module packs ahead of its kernels.
+    pub fn packed_operands(&self) -> usize {
+        self.meta.kernels.iter().map(|k| k.packs.len()).sum()
+    }
+
+    /// Bytes of packed operands held (one per weight operand, for the latest tensor).
+    pub fn packed_bytes(&self) -> usize {
+        self.packed.lock().unwrap().values().map(|p| p.data.len() * std::mem::size_of::<Line>()).sum()
     }
 
     /// Run the reference interpreter on the same graph.

@@ -141,7 +141,6 @@ impl Tensor {
         }
     }
     /// The contents' identity (see `Stamp`).
-    #[cfg_attr(not(feature = "ascend"), allow(dead_code))]
     pub(crate) fn stamp(&self) -> u64 {
         self.stamp.0
     }

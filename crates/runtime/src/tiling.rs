@@ -25,7 +25,7 @@ const MIN_PARALLEL_ELEMS: i64 = 1 << 14;
 
 /// Matmul blocking limits: rows and columns of C per work unit, depth per packed block. Kept
 /// equal to the host profile's `runtime_blocking` (checked by a test).
-pub const MC_MAX: i64 = 64;
+pub const MC_MAX: i64 = 256;
 pub const NC_MAX: i64 = 512;
 pub const KC_MAX: i64 = 256;
 /// Flash attention query and key block limits.
@@ -94,16 +94,31 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
             while b * ((sq + br - 1) / br) < 2 * t && br > 4 {
                 br /= 2;
             }
-            let units = b * ((sq + br - 1) / br);
+            // A unit is `qpu` query blocks of one head and packs that head's K and V once:
+            // as many blocks per unit as still leaves two units per thread.
+            let qt = (sq + br - 1) / br;
+            let groups = ((2 * t + b.max(1) - 1) / b.max(1)).clamp(1, qt.max(1));
+            let qpu = ((qt + groups - 1) / groups).max(1);
+            let units = b * ((qt + qpu - 1) / qpu);
             let flops = 4 * b * sq * sk * d;
             let blocks = if flops < 4 * MIN_PARALLEL_ELEMS { 1 } else { units.min(8 * t) }.max(1);
             let upb = ((units + blocks - 1) / blocks).max(1);
             let block_num = if units == 0 { 0 } else { (units + upb - 1) / upb };
-            let tiling = Tiling { block_num, rows_per_block: upb, mc: br, nc: bc, units, ..Default::default() };
-            let (mr, nr) = (MR_MAX, NR_MAX);
-            (tiling, ((br + mr) * d + d * (bc + nr) + bc * (dv + nr) + br * bc + (br + mr) * bc + br * dv + 2 * br) as usize)
+            let tiling = Tiling { block_num, rows_per_block: upb, mc: br, nc: bc, kc: qpu, units, ..Default::default() };
+            let skp = (sk + NR_MAX - 1) / NR_MAX * NR_MAX;
+            (tiling, (d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br) as usize)
         }
     }
+}
+
+/// The tiling of a pack function (`abi::PackMeta`) for a `batch x k x n` operand: column
+/// groups of `NR_MAX` spread over the threads when the operand is large enough.
+pub fn choose_pack(batch: i64, k: i64, n: i64, threads: usize) -> (Tiling, usize) {
+    let units = batch.max(0) * ((n.max(0) + NR_MAX - 1) / NR_MAX);
+    let blocks = if batch * k * n < MIN_PARALLEL_ELEMS { 1 } else { units.min(4 * threads.max(1) as i64) }.max(1);
+    let upb = ((units + blocks - 1) / blocks).max(1);
+    let block_num = if units == 0 { 0 } else { (units + upb - 1) / upb };
+    (Tiling { block_num, rows_per_block: upb, units, ..Default::default() }, 0)
 }
 
 /// `AfTiling` of the generated Ascend C (`autofusion_compiler::abi::ASCEND_TILING_FIELDS`,
@@ -294,6 +309,16 @@ mod tests {
     }
 
     #[test]
+    fn pack_blocks_cover_every_column_group() {
+        for (b, k, n, threads) in [(1, 512, 2048, 2), (1, 3, 5, 2), (4, 64, 33, 8), (0, 8, 8, 2), (1, 4096, 16384, 2)] {
+            let (t, _) = choose_pack(b, k, n, threads);
+            let groups = b * ((n + NR_MAX - 1) / NR_MAX);
+            assert_eq!(t.units, groups);
+            assert!(t.block_num * t.rows_per_block >= groups && (t.block_num.max(1) - 1) * t.rows_per_block < groups.max(1));
+        }
+    }
+
+    #[test]
     fn limits_match_the_host_profile() {
         let t = autofusion_compiler::target::Target::host();
         assert_eq!(t.runtime_blocking, Some([MC_MAX, NC_MAX, KC_MAX, BR_MAX, BC_MAX]));
@@ -313,6 +338,8 @@ mod tests {
             let (t, _) = choose(&w, &|d| d.as_const().unwrap(), 2);
             let units = 2 * ((m + t.mc - 1) / t.mc) * ((n + t.nc - 1) / t.nc);
             assert_eq!(t.units, units);
+            // Packed B is addressed by sliver: every N tile must start on an NR_MAX boundary.
+            assert!(t.nc % NR_MAX == 0 || t.nc >= n, "nc {} for n {n}", t.nc);
             assert!(t.block_num * t.rows_per_block >= units && (t.block_num - 1) * t.rows_per_block < units);
         }
         // Decode shape: one row of output still spreads over both threads.

@@ -1314,7 +1314,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
         }
         let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
         let name = format!("k{ki}_{first}");
-        let em = Emitter { g, buf, decls: String::new(), n_access: 0, col_stride: BTreeMap::new() };
+        let em = Emitter::new(g, buf, &name);
         let mut k = K { em, table: buffers.iter().map(|b| table.iter().position(|x| x == b).unwrap()).collect(), ub: Ub::default(), body: String::new() };
         let (work, mix, cube, sa, sb) = match grp.kind {
             GroupKind::Elementwise => (gen_rows(&mut k, grp), false, 0, false, false),

@@ -7,7 +7,7 @@
 //! use one cache-blocked template on per-ISA micro-kernels (`af_isa` in the prelude) with the prologue applied
 //! while packing A and the epilogue applied while storing C.
 
-use crate::abi::{self, KernelMeta, Work};
+use crate::abi::{self, KernelMeta, PackMeta, Work};
 use crate::dim::{numel, DimExpr, Shape};
 use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use crate::layout::{resolve, space_strides};
@@ -145,25 +145,30 @@ static inline float af_fmax(float a, float b) { return ((b > a) | (a != a)) ? b 
 static inline float af_fmin(float a, float b) { return ((b < a) | (a != a)) ? b : a; }
 
 /* Row helpers of the online softmax: the max of x[0..n) and m0 (NaN skipped), and
- * x[j] = exp(x[j] - m) returning the sum. Eight partial results make the reductions
- * independent chains the compiler vectorises. */
+ * x[j] = exp(x[j] - m) returning the sum. Sixteen partial results make the reductions
+ * independent chains the compiler vectorises (with eight, GCC 12 leaves them scalar under
+ * AVX-512; see RED_LANES). */
 static inline float af_vmax(const float *restrict x, int64_t n, float m0) {
-    float p[8] = {m0, m0, m0, m0, m0, m0, m0, m0};
+    float p[16];
+    for (int l = 0; l < 16; ++l) p[l] = m0;
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; ++l) p[l] = x[j + l] > p[l] ? x[j + l] : p[l];
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) p[l] = x[j + l] > p[l] ? x[j + l] : p[l];
     for (; j < n; ++j) p[0] = x[j] > p[0] ? x[j] : p[0];
-    for (int l = 1; l < 8; ++l) p[0] = p[l] > p[0] ? p[l] : p[0];
+    for (int l = 1; l < 16; ++l) p[0] = p[l] > p[0] ? p[l] : p[0];
     return p[0];
 }
 static inline float af_vexp_sum(float *restrict x, int64_t n, float m) {
     for (int64_t j = 0; j < n; ++j) x[j] = af_expf(x[j] - m);
-    float p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float p[16];
+    for (int l = 0; l < 16; ++l) p[l] = 0.0f;
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int l = 0; l < 8; ++l) p[l] += x[j + l];
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) p[l] += x[j + l];
     for (; j < n; ++j) p[0] += x[j];
-    return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    for (int l = 8; l > 0; l /= 2)
+        for (int i = 0; i < l; ++i) p[i] += p[i + l];
+    return p[0];
 }
 
 /* Every kernel is compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2+FMA) and the baseline,
@@ -175,25 +180,33 @@ static inline float af_vexp_sum(float *restrict x, int64_t n, float m) {
 #define AF_CLONES
 #endif
 
-/* ---- Matmul micro-kernels: C[mr x nr] (=|+=) A-sliver x B-sliver over kc. A is packed in
- * slivers of MR rows (k-major: A[k * MR + i]), B in slivers of NR columns (B[k * NR + j]),
- * both zero-padded, so a kernel always computes a full MR x NR tile in registers and only
- * the store honours mr x nr. One kernel per ISA, chosen once at run time from CPUID
- * (AUTOFUSION_ISA=portable|avx2|avx512 forces one the CPU has). ---- */
-typedef void (*af_uk_fn)(int64_t kc, const float *restrict A, const float *restrict B, float *restrict C,
-                         int64_t ldc, int64_t mr, int64_t nr, int acc);
+/* ---- Matmul micro-kernels: C[mr x nr] (=|+=) A[mr x kc] x B-sliver over kc. A is read in
+ * place, element (i, k) at A[i * rs + k * cs]: a packed sliver (rs 1, cs MR) or rows of a
+ * row-major matrix (rs = its row stride, cs 1), so contiguous f32 operands need no packing;
+ * rows past mr repeat row mr - 1 and are never stored. B is packed in slivers of NR columns
+ * (B[k * NR + j], zero past the matrix), so a kernel always computes a full MR x NR tile in
+ * registers and only the store honours mr x nr. One kernel per ISA, chosen once at run time
+ * from CPUID (AUTOFUSION_ISA=portable|avx2 forces a narrower one the CPU has). ---- */
+typedef void (*af_uk_fn)(int64_t kc, const float *restrict A, int64_t rs, int64_t cs, const float *restrict B,
+                         float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc);
 typedef struct af_isa_info { af_uk_fn uk; int64_t mr, nr; const char *name; } af_isa_info;
 #define AF_MR_MAX 8
 #define AF_NR_MAX 32
+/* Row i of A for a tile of mr valid rows. */
+#define AF_AROW(i) (A + ((i) < mr ? (i) : mr - 1) * rs)
 
-__attribute__((unused)) static void af_uk_portable(int64_t kc, const float *restrict A, const float *restrict B,
-                                                   float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc) {
+__attribute__((unused)) static void af_uk_portable(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,
+                                                   const float *restrict B, float *restrict C, int64_t ldc, int64_t mr,
+                                                   int64_t nr, int acc) {
     float c[4][16];
     memset(c, 0, sizeof c);
+    const float *a[4] = {AF_AROW(0), AF_AROW(1), AF_AROW(2), AF_AROW(3)};
     for (int64_t k = 0; k < kc; ++k) {
-        const float *restrict a = A + k * 4, *restrict b = B + k * 16;
-        for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 16; ++j) c[i][j] += a[i] * b[j];
+        const float *restrict b = B + k * 16;
+        for (int i = 0; i < 4; ++i) {
+            const float x = a[i][k * cs];
+            for (int j = 0; j < 16; ++j) c[i][j] += x * b[j];
+        }
     }
     for (int64_t i = 0; i < mr; ++i)
         for (int64_t j = 0; j < nr; ++j) C[i * ldc + j] = acc ? C[i * ldc + j] + c[i][j] : c[i][j];
@@ -203,20 +216,19 @@ __attribute__((unused)) static void af_uk_portable(int64_t kc, const float *rest
 #include <immintrin.h>
 #define AF_HAVE_X86 1
 /* AVX2 + FMA: 6 x 16 tile, 12 ymm accumulators. */
-__attribute__((target("avx2,fma"), unused)) static void af_uk_avx2(int64_t kc, const float *restrict A, const float *restrict B,
-                                                                   float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc) {
+#define AF_UK256_ROW(i) \
+    x = _mm256_broadcast_ss(a##i + o); c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);
+__attribute__((target("avx2,fma"), unused)) static void af_uk_avx2(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,
+                                                                   const float *restrict B, float *restrict C, int64_t ldc,
+                                                                   int64_t mr, int64_t nr, int acc) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const float *a0 = AF_AROW(0), *a1 = AF_AROW(1), *a2 = AF_AROW(2), *a3 = AF_AROW(3), *a4 = AF_AROW(4), *a5 = AF_AROW(5);
     for (int64_t k = 0; k < kc; ++k) {
         const __m256 b0 = _mm256_loadu_ps(B + k * 16), b1 = _mm256_loadu_ps(B + k * 16 + 8);
-        const float *a = A + k * 6;
+        const int64_t o = k * cs;
         __m256 x;
-        x = _mm256_broadcast_ss(a + 0); c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);
-        x = _mm256_broadcast_ss(a + 1); c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);
-        x = _mm256_broadcast_ss(a + 2); c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);
-        x = _mm256_broadcast_ss(a + 3); c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);
-        x = _mm256_broadcast_ss(a + 4); c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);
-        x = _mm256_broadcast_ss(a + 5); c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);
+        AF_UK256_ROW(0) AF_UK256_ROW(1) AF_UK256_ROW(2) AF_UK256_ROW(3) AF_UK256_ROW(4) AF_UK256_ROW(5)
     }
     const __m256 rows[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
     if (nr == 16) {
@@ -236,16 +248,50 @@ __attribute__((target("avx2,fma"), unused)) static void af_uk_avx2(int64_t kc, c
         }
     }
 }
+#undef AF_UK256_ROW
 /* AVX-512F: 8 x 32 tile, 16 zmm accumulators; tails stored under a lane mask. */
 #define AF_UK512_ROW(i) \
-    x = _mm512_set1_ps(a[i]); c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);
-__attribute__((target("avx512f"), unused)) static void af_uk_avx512(int64_t kc, const float *restrict A, const float *restrict B,
-                                                                    float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc) {
+    x = _mm512_set1_ps(a##i[o]); c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);
+__attribute__((target("avx512f"), unused)) static void af_uk_avx512(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,
+                                                                    const float *restrict B, float *restrict C, int64_t ldc,
+                                                                    int64_t mr, int64_t nr, int acc) {
+    if (mr == 1) { /* one row (decode): four k-steps in flight instead of eight idle rows */
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+        int64_t k = 0;
+        for (; k + 4 <= kc; k += 4) {
+            const float *b = B + k * 32;
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(b), s0);
+            s1 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(b + 16), s1);
+            s2 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 1) * cs]), _mm512_loadu_ps(b + 32), s2);
+            s3 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 1) * cs]), _mm512_loadu_ps(b + 48), s3);
+            s4 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 2) * cs]), _mm512_loadu_ps(b + 64), s4);
+            s5 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 2) * cs]), _mm512_loadu_ps(b + 80), s5);
+            s6 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 3) * cs]), _mm512_loadu_ps(b + 96), s6);
+            s7 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 3) * cs]), _mm512_loadu_ps(b + 112), s7);
+        }
+        for (; k < kc; ++k) {
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(B + k * 32), s0);
+            s1 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(B + k * 32 + 16), s1);
+        }
+        __m512 r0 = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s4, s6));
+        __m512 r1 = _mm512_add_ps(_mm512_add_ps(s1, s3), _mm512_add_ps(s5, s7));
+        const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+        const __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+        if (acc) {
+            r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, C));
+            r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, C + 16));
+        }
+        _mm512_mask_storeu_ps(C, m0, r0);
+        _mm512_mask_storeu_ps(C + 16, m1, r1);
+        return;
+    }
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    const float *a0 = AF_AROW(0), *a1 = AF_AROW(1), *a2 = AF_AROW(2), *a3 = AF_AROW(3);
+    const float *a4 = AF_AROW(4), *a5 = AF_AROW(5), *a6 = AF_AROW(6), *a7 = AF_AROW(7);
     for (int64_t k = 0; k < kc; ++k) {
         const __m512 b0 = _mm512_loadu_ps(B + k * 32), b1 = _mm512_loadu_ps(B + k * 32 + 16);
-        const float *a = A + k * 8;
+        const int64_t o = k * cs;
         __m512 x;
         AF_UK512_ROW(0) AF_UK512_ROW(1) AF_UK512_ROW(2) AF_UK512_ROW(3)
         AF_UK512_ROW(4) AF_UK512_ROW(5) AF_UK512_ROW(6) AF_UK512_ROW(7)
@@ -266,6 +312,7 @@ __attribute__((target("avx512f"), unused)) static void af_uk_avx512(int64_t kc, 
 }
 #undef AF_UK512_ROW
 #endif
+#undef AF_AROW
 
 /* The micro-kernel for this CPU, chosen once (a benign, atomic first-use race). */
 __attribute__((unused)) static af_isa_info af_isa(void) {
@@ -394,9 +441,16 @@ pub(crate) struct Emitter<'g> {
     /// The column stride of each access when it is a constant (0 broadcast, 1 contiguous):
     /// emitted as a literal so the compiler sees unit-stride loops and vectorises them.
     pub(crate) col_stride: BTreeMap<usize, i64>,
+    /// The kernel's C name.
+    pub(crate) kname: String,
+    /// Pack functions of B operands read from parameters (see `abi::PackMeta`), with their code.
+    pub(crate) packs: Vec<(PackMeta, String)>,
 }
 
 impl<'g> Emitter<'g> {
+    pub(crate) fn new(g: &'g Graph, buf: BTreeMap<NodeId, usize>, kname: &str) -> Emitter<'g> {
+        Emitter { g, buf, decls: String::new(), n_access: 0, col_stride: BTreeMap::new(), kname: kname.to_string(), packs: Vec::new() }
+    }
     pub(crate) fn dim(&self, d: &DimExpr) -> String {
         d.to_c(&|s| self.g.dim_index(s))
     }
@@ -752,7 +806,7 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     }
     let epilogue: Vec<NodeId> = grp_nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
     let mut spa = Space { tag: "a", shape: a_shape, accesses: BTreeMap::new() };
-    let mut spb = Space { tag: "b", shape: b_shape, accesses: BTreeMap::new() };
+    let mut spb = Space { tag: "b", shape: b_shape.clone(), accesses: BTreeMap::new() };
     let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
     for &m in &prologue {
         for &i in &g.node(m).inputs {
@@ -764,7 +818,12 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     if !members.contains(&a_in) {
         em.access(&mut spa, a_in);
     }
-    em.access(&mut spb, b_in);
+    // B read from a parameter (a weight) is packed once per tensor by a pack function the
+    // runtime runs (see `abi::PackMeta`); any other B is packed here, one sliver at a time.
+    let packed = matches!(g.node(resolve(g, b_in).base).op, Op::Param { .. }).then(|| pack_b(em, &b_shape, b_in));
+    if packed.is_none() {
+        em.access(&mut spb, b_in);
+    }
     for &m in &epilogue {
         for &i in &g.node(m).inputs {
             if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) {
@@ -778,6 +837,10 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     let _ = writeln!(body, "    const int64_t MC = t->mc, NC = t->nc, KC = t->kc;");
     let _ = writeln!(body, "    const af_isa_info isa = af_isa();");
     let _ = writeln!(body, "    const int64_t MR = isa.mr, NR = isa.nr;");
+    if let Some(slot) = packed {
+        let _ = writeln!(body, "    const float *restrict Bpk = (const float *)bufs[{slot}]; /* B, packed once per weight tensor */");
+        let _ = writeln!(body, "    const int64_t nsl = (N + NR - 1) / NR;");
+    }
     let _ = writeln!(body, "    float *Ap = scratch, *Ar = Ap + (MC + AF_MR_MAX) * KC, *Bs = Ar + KC, *Cc = Bs + KC * AF_NR_MAX;");
     let _ = writeln!(body, "    (void)Ar;");
     let _ = writeln!(body, "    const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
@@ -786,8 +849,17 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     let _ = writeln!(body, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
     let _ = writeln!(body, "        const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);");
     let _ = writeln!(body, "        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * NC));");
+    // A of f32 with contiguous rows and no prologue is read in place by the micro-kernel.
+    let a_direct = prologue.is_empty() && g.node(a_in).dtype == DType::F32 && !em.strided_cols(&spa, a_in);
+    if a_direct {
+        let a = spa.accesses[&a_in];
+        let _ = writeln!(body, "        /* A read in place (f32, contiguous rows): no packing */");
+        body.push_str(&em.row_prologue(&spa, "bi * M + m0", "        "));
+        let _ = writeln!(body, "        const float *Ab = in{} + ac{a}_row;\n        const int64_t lda = ac{a}_s{};", em.buf[&resolve(g, a_in).base], r - 2);
+    }
     let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < K; k0 += KC) {{");
     let _ = writeln!(body, "            const int64_t klen = af_min64(KC, K - k0);");
+    if !a_direct {
     // Pack A in slivers of MR rows, applying the prologue once per row of the block.
     let _ = writeln!(body, "            for (int64_t m = 0; m < mlen; ++m) {{ /* pack A{} */", if prologue.is_empty() { "" } else { " with the prologue" });
     body.push_str(&em.row_prologue(&spa, "bi * M + m0 + m", "                "));
@@ -812,13 +884,13 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
         let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) ap[k * MR] = Ar[k];");
     }
     let _ = writeln!(body, "            }}");
-    let _ = writeln!(body, "            for (int64_t m = mlen; m % MR; ++m) {{ /* zero rows pad the last sliver */");
-    let _ = writeln!(body, "                float *ap = Ap + (m / MR) * MR * klen + m % MR;");
-    let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) ap[k * MR] = 0.0f;");
-    let _ = writeln!(body, "            }}");
+    }
     let _ = writeln!(body, "            for (int64_t jr = 0; jr < nlen; jr += NR) {{");
     let _ = writeln!(body, "                const int64_t nr = af_min64(NR, nlen - jr);");
-    if em.strided_cols(&spb, b_in) {
+    if packed.is_some() {
+        // NC is a multiple of NR_MAX (or N has one tile), so n0 + jr starts a sliver.
+        let _ = writeln!(body, "                const float *restrict bsl = Bpk + ((bi * nsl + (n0 + jr) / NR) * K + k0) * NR;");
+    } else if em.strided_cols(&spb, b_in) {
         // B is a transposed view: walk its columns outside and K inside (along memory).
         let _ = writeln!(body, "                {{ /* pack one sliver of B, column by column */");
         body.push_str(&em.row_prologue(&spb, "bi * K", "                    "));
@@ -835,8 +907,10 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
         let _ = writeln!(body, "                    for (int64_t j = nr; j < NR; ++j) bs[j] = 0.0f;");
         let _ = writeln!(body, "                }}");
     }
+    let bsrc = if packed.is_some() { "bsl" } else { "Bs" };
+    let asrc = if a_direct { "Ab + ir * lda + k0, lda, 1" } else { "Ap + ir * klen, 1, MR" };
     let _ = writeln!(body, "                for (int64_t ir = 0; ir < mlen; ir += MR)");
-    let _ = writeln!(body, "                    isa.uk(klen, Ap + ir * klen, Bs, Cc + ir * NC + jr, NC, af_min64(MR, mlen - ir), nr, k0 > 0);");
+    let _ = writeln!(body, "                    isa.uk(klen, {asrc}, {bsrc}, Cc + ir * NC + jr, NC, af_min64(MR, mlen - ir), nr, k0 > 0);");
     let _ = writeln!(body, "            }}");
     let _ = writeln!(body, "        }}");
     // Epilogue while storing C.
@@ -862,6 +936,57 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     }
     let _ = writeln!(body, "            }}\n        }}\n    }}");
     (numel(&batch), out_shape[r - 2].clone(), out_shape[r - 1].clone(), k_dim)
+}
+
+/// The pack function of matmul operand `b_in` (shape `b_shape` = batch + [K, N]), read from a
+/// parameter: appended to `em.packs`; returns the `bufs` slot the kernel finds it in.
+fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
+    let g = em.g;
+    let j = em.packs.len();
+    let slot = em.buf.len() + j;
+    let func = format!("{}_pack{j}", em.kname);
+    let param = resolve(g, b_in).base;
+    let r = b_shape.len();
+    let batch = numel(&b_shape[..r - 2].to_vec());
+    let mut pe = Emitter::new(g, em.buf.clone(), &func);
+    let mut sp = Space { tag: "b", shape: b_shape.clone(), accesses: BTreeMap::new() };
+    pe.access(&mut sp, b_in);
+    let b = em.buf[&param];
+    let d = g.node(param).dtype;
+    let mut c = String::new();
+    let _ = writeln!(c, "/* {func}: B of {} (`{}`), packed once per weight tensor as f32 slivers of NR columns (the\n * micro-kernel's B layout); the runtime reruns it only when another tensor is passed. */", em.kname, g.node(param).name);
+    let _ = writeln!(c, "AF_CLONES static void {func}(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch) {{");
+    let _ = writeln!(c, "    (void)dims; (void)scratch;");
+    let _ = writeln!(c, "    const {} *restrict in{b} = (const {} *)bufs[{b}]; /* {} */", ctype(d), ctype(d), g.node(param).name);
+    let _ = writeln!(c, "    float *restrict dst = (float *)bufs[{slot}];");
+    c.push_str(&pe.decls);
+    let _ = writeln!(c, "    const int64_t BATCH = {}, K = {}, N = {};", pe.dim(&batch), pe.dim(&b_shape[r - 2]), pe.dim(&b_shape[r - 1]));
+    let _ = writeln!(c, "    const int64_t NR = af_isa().nr, nsl = (N + NR - 1) / NR, ng = (N + AF_NR_MAX - 1) / AF_NR_MAX;");
+    let _ = writeln!(c, "    const int64_t g0 = block * t->rows_per_block, g1 = af_min64(t->units, g0 + t->rows_per_block);");
+    let _ = writeln!(c, "    (void)BATCH;");
+    let _ = writeln!(c, "    for (int64_t gi = g0; gi < g1; ++gi) {{ /* a group of NR_MAX columns of one matrix */");
+    let _ = writeln!(c, "        const int64_t bi = gi / ng, c0 = (gi % ng) * AF_NR_MAX, c1 = af_min64(N, c0 + AF_NR_MAX);");
+    let _ = writeln!(c, "        for (int64_t j0 = c0; j0 < c1; j0 += NR) {{");
+    let _ = writeln!(c, "            const int64_t nr = af_min64(NR, N - j0);");
+    let _ = writeln!(c, "            float *restrict ds = dst + (bi * nsl + j0 / NR) * K * NR;");
+    if pe.strided_cols(&sp, b_in) {
+        // A transposed view: walk its columns outside and K inside (along memory).
+        c.push_str(&pe.row_prologue(&sp, "bi * K", "            "));
+        let _ = writeln!(c, "            for (int64_t j = 0; j < NR; ++j) {{");
+        let _ = writeln!(c, "                if (j >= nr) {{ for (int64_t k = 0; k < K; ++k) ds[k * NR + j] = 0.0f; continue; }}");
+        let _ = writeln!(c, "                for (int64_t k = 0; k < K; ++k) ds[k * NR + j] = {};", pe.read_inner(&sp, b_in, "k", "j0 + j"));
+        let _ = writeln!(c, "            }}");
+    } else {
+        let _ = writeln!(c, "            for (int64_t k = 0; k < K; ++k) {{");
+        c.push_str(&pe.row_prologue(&sp, "bi * K + k", "                "));
+        let _ = writeln!(c, "                float *restrict row = ds + k * NR;");
+        let _ = writeln!(c, "                for (int64_t j = 0; j < nr; ++j) row[j] = {};", pe.read(&sp, b_in, "j0 + j"));
+        let _ = writeln!(c, "                for (int64_t j = nr; j < NR; ++j) row[j] = 0.0f;");
+        let _ = writeln!(c, "            }}");
+    }
+    let _ = writeln!(c, "        }}\n    }}\n}}\n");
+    em.packs.push((PackMeta { func, param, batch, k: b_shape[r - 2].clone(), n: b_shape[r - 1].clone() }, c));
+    slot
 }
 
 /// Online-softmax attention: for each block of queries, loop over blocks of keys keeping the
@@ -898,56 +1023,80 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     }
     let causal = f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask);
     let _ = writeln!(body, "    const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};", em.dim(&numel(&batch)), em.dim(&sq), em.dim(&sk), em.dim(&d), em.dim(&dv));
-    let _ = writeln!(body, "    const int64_t BR = t->mc, BC = t->nc, qt = (SQ + BR - 1) / BR, units = BATCH * qt;");
+    let _ = writeln!(body, "    /* units: QPU query blocks of BR rows of one head; K and V are packed once per unit */");
+    let _ = writeln!(body, "    const int64_t BR = t->mc, BC = t->nc, QPU = t->kc, qt = (SQ + BR - 1) / BR, ug = (qt + QPU - 1) / QPU, units = BATCH * ug;");
     let _ = writeln!(body, "    const af_isa_info isa = af_isa();");
-    let _ = writeln!(body, "    const int64_t MR = isa.mr, NR = isa.nr;");
-    let _ = writeln!(body, "    /* packed Q (A slivers), K^T and V blocks (B slivers), scores, packed P, output, row max and sum */");
-    let _ = writeln!(body, "    float *Qp = scratch, *Kp = Qp + (BR + AF_MR_MAX) * D, *Vp = Kp + D * (BC + AF_NR_MAX), *St = Vp + BC * (DV + AF_NR_MAX);");
-    let _ = writeln!(body, "    float *Pp = St + BR * BC, *Ot = Pp + (BR + AF_MR_MAX) * BC, *Mr = Ot + BR * DV, *Lr = Mr + BR;");
+    let _ = writeln!(body, "    const int64_t MR = isa.mr, NR = isa.nr, SKP = (SK + AF_NR_MAX - 1) / AF_NR_MAX * AF_NR_MAX, DVP = (DV + NR - 1) / NR * NR;");
+    let _ = writeln!(body, "    /* K^T of the head (slivers of NR keys x D), V of the head (slivers of NR columns x SK keys),");
+    let _ = writeln!(body, "     * the packed query block, scores / probabilities, output accumulator, row max and row sum */");
+    let _ = writeln!(body, "    float *Kp = scratch, *Vp = Kp + D * SKP, *Qp = Vp + (DV + AF_NR_MAX) * SK, *St = Qp + (BR + AF_MR_MAX) * D;");
+    let _ = writeln!(body, "    float *Ot = St + BR * BC, *Mr = Ot + BR * DV, *Lr = Mr + BR;");
     let _ = writeln!(body, "    const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);");
     let _ = writeln!(body, "    for (int64_t u = u0; u < u1; ++u) {{");
-    let _ = writeln!(body, "        const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min64(BR, SQ - q0), brp = (br + MR - 1) / MR * MR;");
-    let _ = writeln!(body, "        for (int64_t i = 0; i < brp; ++i) {{ /* pack the query block, rows past br zero */");
-    let _ = writeln!(body, "            float *qp = Qp + (i / MR) * MR * D + i % MR;");
-    let _ = writeln!(body, "            if (i >= br) {{ for (int64_t c = 0; c < D; ++c) qp[c * MR] = 0.0f; continue; }}");
-    body.push_str(&em.row_prologue(&spq, "bi * SQ + q0 + i", "            "));
-    let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) qp[c * MR] = {};", em.read(&spq, q, "c"));
+    let _ = writeln!(body, "        const int64_t bi = u / ug, qb0 = (u % ug) * QPU, qb1 = af_min64(qt, qb0 + QPU);");
+    if causal {
+        let shift = sk.sub(&sq);
+        let _ = writeln!(body, "        /* keys any query of the unit sees, rounded up to whole key blocks (later ones are masked) */");
+        let _ = writeln!(body, "        const int64_t need = af_min64(SQ, qb1 * BR) + {};", em.dim(&shift));
+        let _ = writeln!(body, "        const int64_t kend = af_min64(SK, (need + BC - 1) / BC * BC);");
+    } else {
+        let _ = writeln!(body, "        const int64_t kend = SK;");
+    }
+    let _ = writeln!(body, "        const int64_t kendp = (kend + NR - 1) / NR * NR;");
+    if em.strided_cols(&spk, kt) {
+        // K^T is a transposed view of K: walk the keys outside, the head dim inside (along memory).
+        let _ = writeln!(body, "        {{ /* pack K^T in slivers of NR keys, key by key */");
+        body.push_str(&em.row_prologue(&spk, "bi * D", "            "));
+        let _ = writeln!(body, "            for (int64_t j = 0; j < kendp; ++j) {{");
+        let _ = writeln!(body, "                float *kp = Kp + (j / NR) * NR * D + j % NR;");
+        let _ = writeln!(body, "                if (j >= kend) {{ for (int64_t c = 0; c < D; ++c) kp[c * NR] = 0.0f; continue; }}");
+        let _ = writeln!(body, "                for (int64_t c = 0; c < D; ++c) kp[c * NR] = {};", em.read_inner(&spk, kt, "c", "j"));
+        let _ = writeln!(body, "            }}\n        }}");
+    } else {
+        let _ = writeln!(body, "        for (int64_t c = 0; c < D; ++c) {{ /* pack K^T in slivers of NR keys */");
+        body.push_str(&em.row_prologue(&spk, "bi * D + c", "            "));
+        let _ = writeln!(body, "            for (int64_t js = 0; js < kendp; js += NR) {{");
+        let _ = writeln!(body, "                float *kp = Kp + js * D + c * NR;");
+        let _ = writeln!(body, "                const int64_t nj = af_min64(NR, kend - js);");
+        let _ = writeln!(body, "                for (int64_t j = 0; j < nj; ++j) kp[j] = {};", em.read(&spk, kt, "js + j"));
+        let _ = writeln!(body, "                for (int64_t j = nj; j < NR; ++j) kp[j] = 0.0f;\n            }}\n        }}");
+    }
+    let _ = writeln!(body, "        for (int64_t j = 0; j < kend; ++j) {{ /* pack V in slivers of NR columns */");
+    body.push_str(&em.row_prologue(&spv, "bi * SK + j", "            "));
+    let _ = writeln!(body, "            for (int64_t cs = 0; cs < DVP; cs += NR) {{");
+    let _ = writeln!(body, "                float *vp = Vp + cs * SK + j * NR;");
+    let _ = writeln!(body, "                const int64_t nc = af_min64(NR, DV - cs);");
+    let _ = writeln!(body, "                for (int64_t c = 0; c < nc; ++c) vp[c] = {};", em.read(&spv, v, "cs + c"));
+    let _ = writeln!(body, "                for (int64_t c = nc; c < NR; ++c) vp[c] = 0.0f;\n            }}\n        }}");
+    let _ = writeln!(body, "        for (int64_t qb = qb0; qb < qb1; ++qb) {{");
+    let _ = writeln!(body, "        const int64_t q0 = qb * BR, br = af_min64(BR, SQ - q0);");
+    // Q of f32 with contiguous rows is read in place by the micro-kernel, else packed.
+    let q_direct = g.node(q).dtype == DType::F32 && !em.strided_cols(&spq, q);
+    if q_direct {
+        let a = spq.accesses[&q];
+        let _ = writeln!(body, "        /* the query block, read in place (f32, contiguous rows) */");
+        body.push_str(&em.row_prologue(&spq, "bi * SQ + q0", "        "));
+        let _ = writeln!(body, "        const float *Qb = in{} + ac{a}_row;\n        const int64_t ldq = ac{a}_s{};", em.buf[&resolve(g, q).base], r - 2);
+        let _ = writeln!(body, "        (void)Qp;");
+        let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{");
+    } else {
+        let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{ /* pack the query block as MR-row slivers */");
+        let _ = writeln!(body, "            float *qp = Qp + (i / MR) * MR * D + i % MR;");
+        body.push_str(&em.row_prologue(&spq, "bi * SQ + q0 + i", "            "));
+        let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) qp[c * MR] = {};", em.read(&spq, q, "c"));
+    }
     let _ = writeln!(body, "            Mr[i] = -INFINITY; Lr[i] = 0.0f;\n            for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;\n        }}");
-    let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < SK; k0 += BC) {{");
+    let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < kend; k0 += BC) {{");
     if causal {
         let shift = sk.sub(&sq);
         let _ = writeln!(body, "            if (k0 > q0 + br - 1 + {}) break; /* every later key is masked for this block */", em.dim(&shift));
     }
-    let _ = writeln!(body, "            const int64_t bc = af_min64(BC, SK - k0), bcp = (bc + NR - 1) / NR * NR, dvp = (DV + NR - 1) / NR * NR;");
-    if em.strided_cols(&spk, kt) {
-        // K^T is a transposed view of K: walk the keys outside, the head dim inside (along memory).
-        let _ = writeln!(body, "            {{ /* pack the K^T block in slivers of NR keys, key by key */");
-        body.push_str(&em.row_prologue(&spk, "bi * D", "                "));
-        let _ = writeln!(body, "                for (int64_t j = 0; j < bcp; ++j) {{");
-        let _ = writeln!(body, "                    float *kp = Kp + (j / NR) * NR * D + j % NR;");
-        let _ = writeln!(body, "                    if (j >= bc) {{ for (int64_t c = 0; c < D; ++c) kp[c * NR] = 0.0f; continue; }}");
-        let _ = writeln!(body, "                    for (int64_t c = 0; c < D; ++c) kp[c * NR] = {};", em.read_inner(&spk, kt, "c", "k0 + j"));
-        let _ = writeln!(body, "                }}\n            }}");
-    } else {
-        let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) {{ /* pack the K^T block in slivers of NR keys */");
-        body.push_str(&em.row_prologue(&spk, "bi * D + c", "                "));
-        let _ = writeln!(body, "                for (int64_t js = 0; js < bcp; js += NR) {{");
-        let _ = writeln!(body, "                    float *kp = Kp + js * D + c * NR;");
-        let _ = writeln!(body, "                    const int64_t nj = af_min64(NR, bc - js);");
-        let _ = writeln!(body, "                    for (int64_t j = 0; j < nj; ++j) kp[j] = {};", em.read(&spk, kt, "k0 + js + j"));
-        let _ = writeln!(body, "                    for (int64_t j = nj; j < NR; ++j) kp[j] = 0.0f;\n                }}\n            }}");
-    }
-    let _ = writeln!(body, "            for (int64_t j = 0; j < bc; ++j) {{ /* pack the V block in slivers of NR columns */");
-    body.push_str(&em.row_prologue(&spv, "bi * SK + k0 + j", "                "));
-    let _ = writeln!(body, "                for (int64_t cs = 0; cs < dvp; cs += NR) {{");
-    let _ = writeln!(body, "                    float *vp = Vp + cs * bc + j * NR;");
-    let _ = writeln!(body, "                    const int64_t nc = af_min64(NR, DV - cs);");
-    let _ = writeln!(body, "                    for (int64_t c = 0; c < nc; ++c) vp[c] = {};", em.read(&spv, v, "cs + c"));
-    let _ = writeln!(body, "                    for (int64_t c = nc; c < NR; ++c) vp[c] = 0.0f;\n                }}\n            }}");
-    let _ = writeln!(body, "            /* S = Q K^T on the micro-kernel */");
+    let _ = writeln!(body, "            const int64_t bc = af_min64(BC, SK - k0);");
+    let _ = writeln!(body, "            /* S = Q K^T on the micro-kernel (BC is a multiple of NR_MAX, so k0 + jr starts a sliver) */");
     let _ = writeln!(body, "            for (int64_t jr = 0; jr < bc; jr += NR)");
     let _ = writeln!(body, "                for (int64_t ir = 0; ir < br; ir += MR)");
-    let _ = writeln!(body, "                    isa.uk(D, Qp + ir * D, Kp + jr * D, St + ir * BC + jr, BC, af_min64(MR, br - ir), af_min64(NR, bc - jr), 0);");
+    let qsrc = if q_direct { "Qb + ir * ldq, ldq, 1" } else { "Qp + ir * D, 1, MR" };
+    let _ = writeln!(body, "                    isa.uk(D, {qsrc}, Kp + (k0 + jr) * D, St + ir * BC + jr, BC, af_min64(MR, br - ir), af_min64(NR, bc - jr), 0);");
     let _ = writeln!(body, "            for (int64_t i = 0; i < br; ++i) {{");
     body.push_str(&em.row_prologue(&sps, "bi * SQ + q0 + i", "                "));
     let _ = writeln!(body, "                float *restrict srow = St + i * BC;");
@@ -963,23 +1112,18 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let _ = writeln!(body, "                const float mx = af_vmax(srow, bc, Mr[i]), corr = af_expf(Mr[i] - mx);");
     let _ = writeln!(body, "                for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
     let _ = writeln!(body, "                Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
-    let _ = writeln!(body, "                Mr[i] = mx;");
-    let _ = writeln!(body, "                float *pp = Pp + (i / MR) * MR * bc + i % MR; /* pack P as A slivers */");
-    let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) pp[j * MR] = srow[j];\n            }}");
-    let _ = writeln!(body, "            for (int64_t i = br; i < brp; ++i) {{");
-    let _ = writeln!(body, "                float *pp = Pp + (i / MR) * MR * bc + i % MR;");
-    let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) pp[j * MR] = 0.0f;\n            }}");
-    let _ = writeln!(body, "            /* O += P V on the micro-kernel */");
+    let _ = writeln!(body, "                Mr[i] = mx;\n            }}");
+    let _ = writeln!(body, "            /* O += P V on the micro-kernel, P read in place from the score rows */");
     let _ = writeln!(body, "            for (int64_t jr = 0; jr < DV; jr += NR)");
     let _ = writeln!(body, "                for (int64_t ir = 0; ir < br; ir += MR)");
-    let _ = writeln!(body, "                    isa.uk(bc, Pp + ir * bc, Vp + jr * bc, Ot + ir * DV + jr, DV, af_min64(MR, br - ir), af_min64(NR, DV - jr), 1);");
+    let _ = writeln!(body, "                    isa.uk(bc, St + ir * BC, BC, 1, Vp + jr * SK + k0 * NR, Ot + ir * DV + jr, DV, af_min64(MR, br - ir), af_min64(NR, DV - jr), 1);");
     let _ = writeln!(body, "        }}");
     let ob = em.buf[&f.pv];
     let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{ /* normalise and store */");
     let _ = writeln!(body, "            const float inv = 1.0f / Lr[i];");
     let val = round_to(g.node(f.pv).dtype, "Ot[i * DV + c] * inv".into());
     let _ = writeln!(body, "            for (int64_t c = 0; c < DV; ++c) {{ const float o = {val}; {} }}", store(g.node(f.pv).dtype, &format!("out{ob}"), "(bi * SQ + q0 + i) * DV + c", "o"));
-    let _ = writeln!(body, "        }}\n    }}");
+    let _ = writeln!(body, "        }}\n        }} /* query blocks */\n    }}");
     Work::Flash { batch: numel(&batch), sq, sk, d, dv }
 }
 
@@ -1048,7 +1192,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
         }
         let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
         let name = format!("k{k}_{first}");
-        let mut em = Emitter { g, buf, decls: String::new(), n_access: 0, col_stride: BTreeMap::new() };
+        let mut em = Emitter::new(g, buf, &name);
         let mut body = String::new();
         let work = match grp.kind {
             GroupKind::Elementwise => gen_rows(&mut em, grp, &mut body),
@@ -1079,15 +1223,25 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
                 let _ = writeln!(code, "    {} *restrict out{i} = ({} *)bufs[{i}]; /* {} */", ctype(d), ctype(d), g.node(*v).name);
             }
         }
+        for (p, _) in &em.packs {
+            let _ = writeln!(code, "    (void)in{}; /* read by {} */", em.buf[&p.param], p.func);
+        }
         code.push_str(&em.decls);
         code.push_str(&body);
         code.push_str("}\n\n");
-        kernels.push(KernelMeta { name, buffers, n_inputs: grp.inputs.len(), work, ops });
+        for (_, pc) in &em.packs {
+            code.push_str(pc);
+        }
+        let packs = em.packs.into_iter().map(|p| p.0).collect();
+        kernels.push(KernelMeta { name, buffers, n_inputs: grp.inputs.len(), work, ops, packs });
     }
     let j = json(&kernels);
     let _ = writeln!(code, "static const af_kernel_fn af_kernels[] = {{");
     for k in &kernels {
         let _ = writeln!(code, "    {},", k.name);
+    }
+    for p in kernels.iter().flat_map(|k| &k.packs) {
+        let _ = writeln!(code, "    {},", p.func);
     }
     if kernels.is_empty() {
         let _ = writeln!(code, "    0,");
@@ -1099,7 +1253,7 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
         code,
         "const af_module *{entry}(void) {{\n    static const af_module m = {{{}, (uint32_t)sizeof(af_tiling), af_json, sizeof(af_json) - 1, af_kernels, {}}};\n    return &m;\n}}",
         abi::ABI_VERSION,
-        kernels.len()
+        kernels.len() + kernels.iter().map(|k| k.packs.len()).sum::<usize>()
     );
     CSource { code, kernels, entry }
 }

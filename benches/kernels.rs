@@ -1,0 +1,580 @@
+//! How fast the host kernels are, against this machine's limit and against onnxruntime.
+//!
+//!     pip install -r peers/requirements.txt      # once: numpy, onnx, onnxruntime
+//!     cargo bench --bench kernels                 # [-- --quick] [--no-ort] [--only gemm|seed|decode] [--verbose]
+//!
+//! Parts, each ending with a one-line summary:
+//! 1. `fma peak`: an FMA loop per pool thread (the widest ISA this CPU has), all threads at once.
+//! 2. `gemm`: C = A B at M = N = K = 1024, f32, through a generated kernel, on the pool.
+//! 3. `seed_layer`: the seed layer at (d 512, 8 heads, S 128), (1024, 16, 512), (4096, 32, 256),
+//!    fused (opt_level 3) and unfused (opt_level 0), interleaved round by round with
+//!    onnxruntime (all graph optimisations, same thread count) served by
+//!    `peers/ort_seed_layer.py` on the same weights and input; each output is checked
+//!    against the script's float64 forward (normwise relative error <= 1e-4).
+//! 4. `decode`: the d 512 layer at S = 1, 4, 16, onnxruntime at the same S, and the dispatch
+//!    overheads on cached shapes (per call, per kernel, per SPMD launch + barrier).
+//! 5. `memory`: arenas, packed weights and the process's peak RSS.
+//!
+//! Times are medians over runs interleaved with their competitors, so load on this shared
+//! machine hits all of them alike. Threads: `AUTOFUSION_THREADS` (default: all cores).
+
+use autofusion::{Module, Tensor};
+use autofusion_compiler::target::Target;
+use autofusion_compiler::{find_graphs, front, Unit, Variant};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
+
+struct Args {
+    quick: bool,
+    verbose: bool,
+    ort: bool,
+    only: Option<String>,
+}
+
+fn args() -> Args {
+    let a: Vec<String> = std::env::args().collect();
+    let only = a.iter().position(|x| x == "--only").and_then(|i| a.get(i + 1)).cloned();
+    Args { quick: a.iter().any(|x| x == "--quick"), verbose: a.iter().any(|x| x == "--verbose"), ort: !a.iter().any(|x| x == "--no-ort"), only }
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn target() -> Target {
+    let cached = root().join("target").join(autofusion_compiler::target::HOST_PROFILE_CACHE);
+    match std::fs::read_to_string(&cached).ok().and_then(|t| serde_json::from_str(&t).ok()) {
+        Some(t) => t,
+        None => {
+            eprintln!("note: no calibrated profile at {} (build the crate first); using host defaults", cached.display());
+            Target::host()
+        }
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn threads() -> usize {
+    autofusion_runtime::pool::pool().threads()
+}
+
+/// Parse `src` (one `#[fused_graph]` function), then generate, compile and load `variant`.
+fn load(src: &str, variant: Variant, target: &Target) -> Module {
+    let file = syn::parse_file(src).expect("bench graph parses");
+    let (f, attr) = find_graphs(&file.items).into_iter().next().expect("one graph");
+    let unit = Unit::with_options(front::parse_options(attr).expect("options"), f).unwrap_or_else(|_| panic!("graph `{}` lowers", f.sig.ident));
+    let dir = root().join("target").join("autofusion-bench").join("jit");
+    autofusion_runtime::jit::load(&unit, variant, target, &dir, &["-O3"]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+// ---------------------------------------------------------------- 1. FMA peak
+
+/// FMA throughput of one thread for `iters` iterations: (flops, seconds).
+fn fma_loop(iters: u64) -> (f64, f64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            let t0 = Instant::now();
+            // SAFETY: the CPU has AVX-512F (checked above).
+            let s = unsafe { fma512(iters) };
+            std::hint::black_box(s);
+            return (iters as f64 * 16.0 * 32.0, t0.elapsed().as_secs_f64());
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            let t0 = Instant::now();
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            let s = unsafe { fma256(iters) };
+            std::hint::black_box(s);
+            return (iters as f64 * 12.0 * 16.0, t0.elapsed().as_secs_f64());
+        }
+    }
+    let t0 = Instant::now();
+    let mut acc = [1.0f32; 32];
+    for _ in 0..iters {
+        for a in acc.iter_mut() {
+            *a = a.mul_add(0.999_999, 1e-7);
+        }
+    }
+    std::hint::black_box(acc);
+    (iters as f64 * 64.0, t0.elapsed().as_secs_f64())
+}
+
+/// 16 independent chains of 512-bit FMAs (enough to cover latency x ports).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma512(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let (a, b) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
+    let mut c = [_mm512_set1_ps(1.0); 16];
+    for _ in 0..iters {
+        for x in c.iter_mut() {
+            *x = _mm512_fmadd_ps(*x, a, b);
+        }
+    }
+    let mut s = _mm512_setzero_ps();
+    for x in c {
+        s = _mm512_add_ps(s, x);
+    }
+    _mm512_reduce_add_ps(s)
+}
+
+/// 12 independent chains of 256-bit FMAs.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fma256(iters: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let (a, b) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
+    let mut c = [_mm256_set1_ps(1.0); 12];
+    for _ in 0..iters {
+        for x in c.iter_mut() {
+            *x = _mm256_fmadd_ps(*x, a, b);
+        }
+    }
+    let mut out = [0.0f32; 8];
+    let mut s = _mm256_setzero_ps();
+    for x in c {
+        s = _mm256_add_ps(s, x);
+    }
+    _mm256_storeu_ps(out.as_mut_ptr(), s);
+    out.iter().sum()
+}
+
+/// GFLOP/s of all pool threads running the FMA loop at once: the best of many short tries,
+/// since a try in which another process takes a core measures that process, not the CPU.
+fn fma_peak(quick: bool) -> f64 {
+    let n = threads();
+    let iters = 1_000_000; // about 2 ms per try
+    let mut best = 0.0f64;
+    for _ in 0..if quick { 20 } else { 100 } {
+        let barrier = std::sync::Barrier::new(n);
+        let res: Vec<(f64, f64)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        fma_loop(iters)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let flops: f64 = res.iter().map(|r| r.0).sum();
+        let secs = res.iter().map(|r| r.1).fold(0.0, f64::max);
+        best = best.max(flops / secs / 1e9);
+    }
+    best
+}
+
+// ---------------------------------------------------------------- 2. GEMM
+
+fn gemm(peak: f64, target: &Target, quick: bool) {
+    let n = 1024usize;
+    let src = format!(
+        "#[fused_graph(dims(K = {n}, N = {n}), opt_level = 3)]
+         fn gemm_{n}(a: Tensor<f32, {{[M, K]}}>, b: Tensor<f32, {{[K, N]}}>) -> Tensor<f32, {{[M, N]}}> {{ matmul(a, b) }}"
+    );
+    let m = load(&src, Variant::Fused, target);
+    let a = Tensor::randn(&[n, n], 1.0, 1);
+    let b = Tensor::randn(&[n, n], 1.0, 2);
+    let ins = [&a, &b];
+    let out = m.run(&ins).unwrap();
+    // Spot-check 256 entries against a float64 dot product.
+    let (av, bv, cv) = (a.to_f32_vec(), b.to_f32_vec(), out[0].to_f32_vec());
+    let mut worst = 0.0f64;
+    for s in 0..256usize {
+        let (i, j) = ((s * 7919) % n, (s * 104_729) % n);
+        let want: f64 = (0..n).map(|k| av[i * n + k] as f64 * bv[k * n + j] as f64).sum();
+        worst = worst.max((cv[i * n + j] as f64 - want).abs() / (n as f64).sqrt());
+    }
+    assert!(worst < 1e-4, "gemm result off by {worst:e} (scaled by sqrt(K))");
+    let reps = if quick { 5 } else { 30 };
+    let mut t = Vec::new();
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        std::hint::black_box(m.run(&ins).unwrap());
+        t.push(t0.elapsed().as_secs_f64());
+    }
+    let g = 2.0 * (n * n * n) as f64 / median(&t) / 1e9;
+    println!("  gemm {n}x{n}x{n}: median {:.3} ms over {reps} runs, {} threads (spot check vs float64: {worst:.1e})", median(&t) * 1e3, threads());
+    println!("gemm: {g:.1} GFLOP/s = {:.1}% of peak", 100.0 * g / peak);
+}
+
+// ---------------------------------------------------------------- 3. seed layer
+
+fn seed_src(d: usize, h: usize) -> String {
+    format!(
+        "#[fused_graph(dims(D = {d}, H = {h}, F = {f}), hints(S = 256), opt_level = 3)]
+        pub fn seed_d{d}(
+            x: Tensor<f32, {{[S, D]}}>, ln1_g: Tensor<f32, {{[D]}}>, ln1_b: Tensor<f32, {{[D]}}>,
+            w_q: Tensor<f32, {{[D, D]}}>, b_q: Tensor<f32, {{[D]}}>, w_k: Tensor<f32, {{[D, D]}}>, b_k: Tensor<f32, {{[D]}}>,
+            w_v: Tensor<f32, {{[D, D]}}>, b_v: Tensor<f32, {{[D]}}>, w_o: Tensor<f32, {{[D, D]}}>, b_o: Tensor<f32, {{[D]}}>,
+            ln2_g: Tensor<f32, {{[D]}}>, ln2_b: Tensor<f32, {{[D]}}>,
+            w1: Tensor<f32, {{[D, F]}}>, b1: Tensor<f32, {{[F]}}>, w2: Tensor<f32, {{[F, D]}}>, b2: Tensor<f32, {{[D]}}>,
+        ) -> Tensor<f32, {{[S, D]}}> {{
+            let h = layer_norm(x, ln1_g, ln1_b, 1e-5);
+            let q = split_heads(linear(h, w_q, b_q), H);
+            let k = split_heads(linear(h, w_k, b_k), H);
+            let v = split_heads(linear(h, w_v, b_v), H);
+            let scores = matmul(q, transpose(k, -2, -1)) * (1.0 / sqrt(D / H));
+            let a = merge_heads(matmul(softmax(scores, -1), v));
+            let x1 = x + linear(a, w_o, b_o);
+            let f = silu(linear(layer_norm(x1, ln2_g, ln2_b, 1e-5), w1, b1));
+            x1 + linear(f, w2, b2)
+        }}",
+        f = 4 * d
+    )
+}
+
+const PARAMS: [&str; 16] = ["ln1_g", "ln1_b", "w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o", "ln2_g", "ln2_b", "w1", "b1", "w2", "b2"];
+
+/// Weights ~ N(0, 0.02), gains 1 + N(0, 0.02) (deterministic per name).
+fn weights(d: usize) -> Vec<Tensor> {
+    PARAMS
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let shape: Vec<usize> = match *name {
+                "w_q" | "w_k" | "w_v" | "w_o" => vec![d, d],
+                "w1" => vec![d, 4 * d],
+                "w2" => vec![4 * d, d],
+                "b1" => vec![4 * d],
+                _ => vec![d],
+            };
+            let t = Tensor::randn(&shape, 0.02, 100 + i as u64);
+            if name.ends_with("_g") {
+                Tensor::from_f32(&shape, t.to_f32_vec().iter().map(|v| v + 1.0).collect()).unwrap()
+            } else {
+                t
+            }
+        })
+        .collect()
+}
+
+fn write_f32(path: &Path, t: &Tensor) {
+    let bytes: Vec<u8> = t.to_f32_vec().iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+fn read_f32(path: &Path) -> Vec<f32> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// `peers/ort_seed_layer.py serve` on a directory of weights.
+struct Ort {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    version: String,
+}
+
+impl Ort {
+    fn start(dir: &Path) -> Result<Ort, String> {
+        let script = root().join("peers").join("ort_seed_layer.py");
+        let mut child = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+            .arg(&script)
+            .args(["serve", "--dir"])
+            .arg(dir)
+            .args(["--threads", &threads().to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start python3: {e}"))?;
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut ort = Ort { child, stdin, stdout, version: String::new() };
+        match ort.read() {
+            Ok(v) => {
+                ort.version = v["onnxruntime"].as_str().unwrap_or("?").to_string();
+                Ok(ort)
+            }
+            Err(e) => {
+                let mut err = String::new();
+                if let Some(mut s) = ort.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut s, &mut err);
+                }
+                let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string();
+                Err(format!("{e}: {last} (pip install -r peers/requirements.txt)"))
+            }
+        }
+    }
+    fn read(&mut self) -> Result<serde_json::Value, String> {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+        if line.is_empty() {
+            return Err("the onnxruntime peer exited".into());
+        }
+        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| format!("bad reply `{line}`: {e}"))?;
+        match v.get("error") {
+            Some(e) => Err(format!("onnxruntime peer: {e}")),
+            None => Ok(v),
+        }
+    }
+    fn ask(&mut self, cmd: &str) -> Result<serde_json::Value, String> {
+        writeln!(self.stdin, "{cmd}").map_err(|e| e.to_string())?;
+        self.stdin.flush().map_err(|e| e.to_string())?;
+        self.read()
+    }
+    /// Load `x` (written to `path`) and return the float64 reference output and ORT's error.
+    fn input(&mut self, path: &Path, s: usize) -> Result<(Vec<f32>, f64), String> {
+        let v = self.ask(&format!("input {} {s}", path.display()))?;
+        let refp = PathBuf::from(format!("{}.ref", path.display()));
+        Ok((read_f32(&refp), v["max_rel_err"].as_f64().unwrap_or(f64::NAN)))
+    }
+    fn time(&mut self, n: usize) -> Result<Vec<f64>, String> {
+        let v = self.ask(&format!("time {n}"))?;
+        Ok(v["times_ms"].as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default())
+    }
+}
+
+impl Drop for Ort {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.stdin.flush();
+        let _ = self.child.wait();
+    }
+}
+
+/// Normwise relative error max |a - b| / max |b|.
+fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    let num = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).abs()).fold(0.0, f64::max);
+    let den = b.iter().map(|y| (*y as f64).abs()).fold(0.0, f64::max);
+    num / den.max(1e-30)
+}
+
+/// One seed-layer configuration: modules, weights and (optionally) its onnxruntime peer.
+struct Layer {
+    d: usize,
+    fused: Module,
+    opt0: Module,
+    weights: Vec<Tensor>,
+    ort: Option<Ort>,
+    dir: PathBuf,
+}
+
+impl Layer {
+    fn new(d: usize, h: usize, target: &Target, with_ort: bool) -> Layer {
+        let src = seed_src(d, h);
+        let (fused, opt0) = (load(&src, Variant::Fused, target), load(&src, Variant::Unfused, target));
+        let weights = weights(d);
+        let dir = root().join("target").join("autofusion-bench").join(format!("seed_d{d}"));
+        let mut ort = None;
+        if with_ort {
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut params = Vec::new();
+            for (name, t) in PARAMS.iter().zip(&weights) {
+                let file = format!("{name}.f32");
+                write_f32(&dir.join(&file), t);
+                params.push(serde_json::json!({"name": name, "shape": t.shape(), "file": file}));
+            }
+            let man = serde_json::json!({"d": d, "heads": h, "params": params});
+            std::fs::write(dir.join("manifest.json"), man.to_string()).unwrap();
+            match Ort::start(&dir) {
+                Ok(o) => ort = Some(o),
+                Err(e) => println!("  onnxruntime unavailable: {e}"),
+            }
+        }
+        Layer { d, fused, opt0, weights, ort, dir }
+    }
+
+    /// Time fused, opt_level 0 and onnxruntime at sequence length `s`, interleaved by rounds.
+    /// Returns (fused ms, opt0 ms, ort ms or NaN, fused error, opt0 error, ort error).
+    fn run(&mut self, s: usize, rounds: usize, budget_s: f64) -> [f64; 6] {
+        let x = Tensor::randn(&[s, self.d], 1.0, 7 + s as u64);
+        let mut ins: Vec<&Tensor> = vec![&x];
+        ins.extend(self.weights.iter());
+        let (yf, y0) = (self.fused.run(&ins).unwrap(), self.opt0.run(&ins).unwrap());
+        let (mut ef, mut e0, mut eo) = (f64::NAN, f64::NAN, f64::NAN);
+        if let Some(ort) = self.ort.as_mut() {
+            let xp = self.dir.join(format!("x_s{s}.f32"));
+            write_f32(&xp, &x);
+            match ort.input(&xp, s) {
+                Ok((want, e)) => {
+                    ef = rel_err(&yf[0].to_f32_vec(), &want);
+                    e0 = rel_err(&y0[0].to_f32_vec(), &want);
+                    eo = e;
+                }
+                Err(e) => {
+                    println!("  onnxruntime failed: {e}");
+                    self.ort = None;
+                }
+            }
+        }
+        if ef.is_nan() {
+            // No float64 oracle without the peer: the reference interpreter (f32) instead.
+            let want = self.fused.reference(&ins).unwrap()[0].to_f32_vec();
+            ef = rel_err(&yf[0].to_f32_vec(), &want);
+            e0 = rel_err(&y0[0].to_f32_vec(), &want);
+        }
+        // Repetitions per round from one timed run of each, so a round takes ~budget_s / rounds.
+        let t0 = Instant::now();
+        self.fused.run(&ins).unwrap();
+        let one = t0.elapsed().as_secs_f64();
+        let k = ((budget_s / rounds as f64 / 3.0 / one) as usize).clamp(1, 2000);
+        let (mut tf, mut t0v, mut to) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            for (m, t) in [(&self.fused, &mut tf), (&self.opt0, &mut t0v)] {
+                for _ in 0..k {
+                    let t0 = Instant::now();
+                    std::hint::black_box(m.run(&ins).unwrap());
+                    t.push(t0.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            if let Some(ort) = self.ort.as_mut() {
+                match ort.time(k) {
+                    Ok(v) => to.extend(v),
+                    Err(e) => println!("  onnxruntime failed: {e}"),
+                }
+                // Let onnxruntime's spinning workers go to sleep before our next round.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        [median(&tf), median(&t0v), median(&to), ef, e0, eo]
+    }
+
+    /// Median time of each kernel of both builds (kernels launched one by one).
+    fn print_kernels(&self, s: usize) {
+        let x = Tensor::randn(&[s, self.d], 1.0, 7 + s as u64);
+        let mut ins: Vec<&Tensor> = vec![&x];
+        ins.extend(self.weights.iter());
+        for (name, m) in [("fused", &self.fused), ("opt0", &self.opt0)] {
+            let t = m.time_kernels(&ins, 11).unwrap();
+            println!("    {name}: {} kernels, sum of medians {:.1} us", t.len(), t.iter().sum::<f64>());
+            for ((k, ops), us) in m.kernel_names().iter().zip(&t) {
+                println!("      {k:<22} {us:>9.1} us  {ops}");
+            }
+        }
+    }
+
+    fn arena_bytes(&self, s: usize) -> (usize, usize) {
+        let dims = [s as i64];
+        (self.fused.shape_plan(&dims).unwrap().arena_bytes, self.opt0.shape_plan(&dims).unwrap().arena_bytes)
+    }
+}
+
+fn layer_flops(d: usize, s: usize) -> f64 {
+    2.0 * s as f64 * 12.0 * (d * d) as f64 + 4.0 * (s * s * d) as f64
+}
+
+fn seed(peak: f64, target: &Target, a: &Args, mem: &mut Vec<String>) {
+    let configs: &[(usize, usize, usize)] = if a.quick { &[(512, 8, 128)] } else { &[(512, 8, 128), (1024, 16, 512), (4096, 32, 256)] };
+    for &(d, h, s) in configs {
+        let mut l = Layer::new(d, h, target, a.ort);
+        let [f, o0, ort, ef, e0, eo] = l.run(s, if a.quick { 3 } else { 7 }, if a.quick { 1.0 } else { 6.0 });
+        if a.verbose {
+            l.print_kernels(s);
+        }
+        let g = layer_flops(d, s) / (f * 1e-3) / 1e9;
+        println!(
+            "  d {d}, {h} heads, S {s}: fused {g:.1} GFLOP/s = {:.1}% of peak; fused vs opt0 {:.2}x; relative error vs float64: fused {ef:.1e}, opt0 {e0:.1e}, onnxruntime {eo:.1e}{}",
+            100.0 * g / peak,
+            o0 / f,
+            if l.ort.is_some() { format!(" (onnxruntime {})", l.ort.as_ref().unwrap().version) } else { String::new() }
+        );
+        assert!(ef <= 1e-4 && e0 <= 1e-4, "seed layer d={d}: outputs differ from the float64 reference (fused {ef:e}, opt0 {e0:e})");
+        println!("seed_layer d={d} s={s}: fused {f:.3} ms, opt0 {o0:.3} ms, onnxruntime {ort:.3} ms, ratio {:.2}", f / ort);
+        let (af, a0) = l.arena_bytes(s);
+        mem.push(format!("d {d} S {s}: arena fused {:.1} MB, opt0 {:.1} MB; weights {:.1} MB", af as f64 / 1e6, a0 as f64 / 1e6, weight_bytes(&l) as f64 / 1e6));
+    }
+}
+
+fn weight_bytes(l: &Layer) -> usize {
+    l.weights.iter().map(|t| t.shape().iter().product::<usize>() * 4).sum()
+}
+
+// ---------------------------------------------------------------- 4. decode and dispatch
+
+fn decode(target: &Target, a: &Args) {
+    let mut l = Layer::new(512, 8, target, a.ort);
+    let mut s1 = (f64::NAN, f64::NAN);
+    for s in [1usize, 4, 16] {
+        let [f, o0, ort, ef, ..] = l.run(s, if a.quick { 3 } else { 9 }, if a.quick { 0.3 } else { 2.0 });
+        assert!(ef <= 1e-4, "decode S={s}: fused output differs from the reference ({ef:e})");
+        println!("  decode d 512 S {s}: fused {:.1} us, opt0 {:.1} us, onnxruntime {:.1} us", f * 1e3, o0 * 1e3, ort * 1e3);
+        if s == 1 {
+            s1 = (f, ort);
+        }
+    }
+    // Dispatch overheads on cached shapes: a graph of 1 and of 16 tiny kernels (opt_level 0,
+    // one kernel per op, a single block each) and an empty SPMD launch across the pool.
+    let chain = |n: usize| {
+        let body: String = (0..n).map(|i| format!("let y = y * 1.0001 + {}.0;\n", i % 3)).collect();
+        format!("#[fused_graph(dims(C = 8), opt_level = 0)] fn chain{n}(x: Tensor<f32, {{[S, C]}}>) -> Tensor<f32, {{[S, C]}}> {{ let y = x; {body} y }}")
+    };
+    let (m1, m16) = (load(&chain(1), Variant::Fused, target), load(&chain(16), Variant::Fused, target));
+    let (k1, k16) = (m1.kernel_names().len(), m16.kernel_names().len());
+    let x = Tensor::randn(&[1, 8], 1.0, 3);
+    let per_run = |m: &Module| {
+        let mut t = Vec::new();
+        for _ in 0..if a.quick { 2000 } else { 20000 } {
+            let t0 = Instant::now();
+            std::hint::black_box(m.run(&[&x]).unwrap());
+            t.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        median(&t)
+    };
+    let (t1, t16) = (per_run(&m1), per_run(&m16));
+    let per_kernel = (t16 - t1) / (k16 - k1) as f64;
+    let pool = autofusion_runtime::pool::pool();
+    let mut t = Vec::new();
+    for _ in 0..if a.quick { 2000 } else { 20000 } {
+        let t0 = Instant::now();
+        pool.run(pool.threads(), &|b| {
+            std::hint::black_box(b);
+        });
+        t.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    let launch = median(&t);
+    println!("  dispatch: call {t1:.2} us ({k1} kernel), {per_kernel:.3} us per further kernel ({k16} kernels: {t16:.2} us), SPMD launch + barrier over {} threads {launch:.2} us", pool.threads());
+    println!(
+        "decode: S=1 fused {:.1} us, onnxruntime {:.1} us, ratio {:.2}; dispatch {:.2} us per kernel + {:.2} us per launch",
+        s1.0 * 1e3,
+        s1.1 * 1e3,
+        s1.0 / s1.1,
+        per_kernel,
+        launch
+    );
+}
+
+// ---------------------------------------------------------------- 5. memory
+
+fn rss() -> (f64, f64) {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = |key: &str| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
+}
+
+fn main() {
+    let a = args();
+    let want = |p: &str| a.only.as_deref().map_or(true, |o| o == p);
+    let target = target();
+    println!("kernels bench: {} threads, micro-kernel ISA from CPUID{}", threads(), std::env::var("AUTOFUSION_ISA").map(|v| format!(" (AUTOFUSION_ISA={v})")).unwrap_or_default());
+    let peak = fma_peak(a.quick);
+    println!("fma peak: {peak:.1} GFLOP/s ({} threads)", threads());
+    if want("gemm") {
+        gemm(peak, &target, a.quick);
+    }
+    let mut mem = Vec::new();
+    if want("seed") {
+        seed(peak, &target, &a, &mut mem);
+    }
+    if want("decode") {
+        decode(&target, &a);
+    }
+    let (now, hwm) = rss();
+    for m in &mem {
+        println!("  {m}");
+    }
+    println!("memory: peak RSS {hwm:.0} MB (now {now:.0} MB)");
+}
