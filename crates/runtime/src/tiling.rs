@@ -33,9 +33,9 @@ pub const BR_MAX: i64 = 64;
 pub const BC_MAX: i64 = 128;
 
 /// Scratch floats of the matmul template: the packed A block (padded to whole slivers), one
-/// prologue row, one packed B sliver and the C block.
+/// prologue row, one packed B sliver and the C block (rows padded by 16 floats).
 fn gemm_scratch(mc: i64, nc: i64, kc: i64) -> usize {
-    ((mc + MR_MAX) * kc + kc + kc * NR_MAX + mc * nc) as usize
+    ((mc + MR_MAX) * kc + kc + kc * NR_MAX + mc * (nc + 16)) as usize
 }
 
 /// Choose a tiling for `work` evaluated at the bound dims, for `threads` workers. Returns the

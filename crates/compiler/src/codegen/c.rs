@@ -842,13 +842,14 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
         let _ = writeln!(body, "    const int64_t nsl = (N + NR - 1) / NR;");
     }
     let _ = writeln!(body, "    float *Ap = scratch, *Ar = Ap + (MC + AF_MR_MAX) * KC, *Bs = Ar + KC, *Cc = Bs + KC * AF_NR_MAX;");
+    let _ = writeln!(body, "    const int64_t LDC = NC + 16; /* C block rows padded by a cache line: no 4 KiB aliasing between rows */");
     let _ = writeln!(body, "    (void)Ar;");
     let _ = writeln!(body, "    const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
     let _ = writeln!(body, "    const int64_t ub = block * t->rows_per_block - hoff, u0 = ub < 0 ? 0 : ub, u1 = af_min64(units, ub + t->rows_per_block);");
     let _ = writeln!(body, "    for (int64_t u = u0; u < u1; ++u) {{");
     let _ = writeln!(body, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
     let _ = writeln!(body, "        const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);");
-    let _ = writeln!(body, "        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * NC));");
+    let _ = writeln!(body, "        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * LDC));");
     // A of f32 with contiguous rows and no prologue is read in place by the micro-kernel.
     let a_direct = prologue.is_empty() && g.node(a_in).dtype == DType::F32 && !em.strided_cols(&spa, a_in);
     if a_direct {
@@ -910,7 +911,7 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     let bsrc = if packed.is_some() { "bsl" } else { "Bs" };
     let asrc = if a_direct { "Ab + ir * lda + k0, lda, 1" } else { "Ap + ir * klen, 1, MR" };
     let _ = writeln!(body, "                for (int64_t ir = 0; ir < mlen; ir += MR)");
-    let _ = writeln!(body, "                    isa.uk(klen, {asrc}, {bsrc}, Cc + ir * NC + jr, NC, af_min64(MR, mlen - ir), nr, k0 > 0);");
+    let _ = writeln!(body, "                    isa.uk(klen, {asrc}, {bsrc}, Cc + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);");
     let _ = writeln!(body, "            }}");
     let _ = writeln!(body, "        }}");
     // Epilogue while storing C.
@@ -919,7 +920,7 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     let _ = writeln!(body, "            const int64_t orow = (bi * M + m0 + m) * N;");
     let _ = writeln!(body, "            for (int64_t n = 0; n < nlen; ++n) {{");
     let _ = writeln!(body, "                const int64_t c = n0 + n;");
-    let acc = round_to(g.node(anchor).dtype, "Cc[m * NC + n]".into());
+    let acc = round_to(g.node(anchor).dtype, "Cc[m * LDC + n]".into());
     let _ = writeln!(body, "                const float {} = {acc}; /* {} */", em.var(anchor), g.node(anchor).name);
     let store_all = |m: NodeId, body: &mut String| {
         if outputs.contains(&m) {

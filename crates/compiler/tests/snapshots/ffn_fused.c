@@ -434,13 +434,14 @@ AF_CLONES static void k1_out(void *const *bufs, const int64_t *dims, const af_ti
     const float *restrict Bpk = (const float *)bufs[4]; /* B, packed once per weight tensor */
     const int64_t nsl = (N + NR - 1) / NR;
     float *Ap = scratch, *Ar = Ap + (MC + AF_MR_MAX) * KC, *Bs = Ar + KC, *Cc = Bs + KC * AF_NR_MAX;
+    const int64_t LDC = NC + 16; /* C block rows padded by a cache line: no 4 KiB aliasing between rows */
     (void)Ar;
     const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;
     const int64_t ub = block * t->rows_per_block - hoff, u0 = ub < 0 ? 0 : ub, u1 = af_min64(units, ub + t->rows_per_block);
     for (int64_t u = u0; u < u1; ++u) {
         const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;
         const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);
-        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * NC));
+        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * LDC));
         /* A read in place (f32, contiguous rows): no packing */
         int64_t a_rem = bi * M + m0;
         const int64_t a_i0 = a_rem;
@@ -455,7 +456,7 @@ AF_CLONES static void k1_out(void *const *bufs, const int64_t *dims, const af_ti
                 const int64_t nr = af_min64(NR, nlen - jr);
                 const float *restrict bsl = Bpk + ((bi * nsl + (n0 + jr) / NR) * K + k0) * NR;
                 for (int64_t ir = 0; ir < mlen; ir += MR)
-                    isa.uk(klen, Ab + ir * lda + k0, lda, 1, bsl, Cc + ir * NC + jr, NC, af_min64(MR, mlen - ir), nr, k0 > 0);
+                    isa.uk(klen, Ab + ir * lda + k0, lda, 1, bsl, Cc + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);
             }
         }
         for (int64_t m = 0; m < mlen; ++m) { /* store C with the epilogue */
@@ -467,7 +468,7 @@ AF_CLONES static void k1_out(void *const *bufs, const int64_t *dims, const af_ti
             const int64_t orow = (bi * M + m0 + m) * N;
             for (int64_t n = 0; n < nlen; ++n) {
                 const int64_t c = n0 + n;
-                const float v12_out_mm = Cc[m * NC + n]; /* out.mm */
+                const float v12_out_mm = Cc[m * LDC + n]; /* out.mm */
                 const float v13_out = (v12_out_mm + in1[ac1_row + (c)]); /* out */
                 const float v14_out = af_silu(v13_out); /* out */
                 out3[orow + c] = v14_out;
@@ -539,13 +540,14 @@ AF_CLONES static void k2_out(void *const *bufs, const int64_t *dims, const af_ti
     const float *restrict Bpk = (const float *)bufs[4]; /* B, packed once per weight tensor */
     const int64_t nsl = (N + NR - 1) / NR;
     float *Ap = scratch, *Ar = Ap + (MC + AF_MR_MAX) * KC, *Bs = Ar + KC, *Cc = Bs + KC * AF_NR_MAX;
+    const int64_t LDC = NC + 16; /* C block rows padded by a cache line: no 4 KiB aliasing between rows */
     (void)Ar;
     const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;
     const int64_t ub = block * t->rows_per_block - hoff, u0 = ub < 0 ? 0 : ub, u1 = af_min64(units, ub + t->rows_per_block);
     for (int64_t u = u0; u < u1; ++u) {
         const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;
         const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);
-        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * NC));
+        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * LDC));
         /* A read in place (f32, contiguous rows): no packing */
         int64_t a_rem = bi * M + m0;
         const int64_t a_i0 = a_rem;
@@ -560,7 +562,7 @@ AF_CLONES static void k2_out(void *const *bufs, const int64_t *dims, const af_ti
                 const int64_t nr = af_min64(NR, nlen - jr);
                 const float *restrict bsl = Bpk + ((bi * nsl + (n0 + jr) / NR) * K + k0) * NR;
                 for (int64_t ir = 0; ir < mlen; ir += MR)
-                    isa.uk(klen, Ab + ir * lda + k0, lda, 1, bsl, Cc + ir * NC + jr, NC, af_min64(MR, mlen - ir), nr, k0 > 0);
+                    isa.uk(klen, Ab + ir * lda + k0, lda, 1, bsl, Cc + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);
             }
         }
         for (int64_t m = 0; m < mlen; ++m) { /* store C with the epilogue */
@@ -572,7 +574,7 @@ AF_CLONES static void k2_out(void *const *bufs, const int64_t *dims, const af_ti
             const int64_t orow = (bi * M + m0 + m) * N;
             for (int64_t n = 0; n < nlen; ++n) {
                 const int64_t c = n0 + n;
-                const float v15_out = Cc[m * NC + n]; /* out */
+                const float v15_out = Cc[m * LDC + n]; /* out */
                 const float v16_out = (in0[ac1_row + (c)] + v15_out); /* out */
                 out3[orow + c] = v16_out;
             }
