@@ -485,7 +485,14 @@ fn seed(peak: f64, target: &Target, a: &Args, mem: &mut Vec<String>) {
         assert!(ef <= 1e-4 && e0 <= 1e-4, "seed layer d={d}: outputs differ from the float64 reference (fused {ef:e}, opt0 {e0:e})");
         println!("seed_layer d={d} s={s}: fused {f:.3} ms, opt0 {o0:.3} ms, onnxruntime {ort:.3} ms, ratio {:.2}", f / ort);
         let (af, a0) = l.arena_bytes(s);
-        mem.push(format!("d {d} S {s}: arena fused {:.1} MB, opt0 {:.1} MB; weights {:.1} MB", af as f64 / 1e6, a0 as f64 / 1e6, weight_bytes(&l) as f64 / 1e6));
+        mem.push(format!(
+            "d {d} S {s}: arena fused {:.1} MB, opt0 {:.1} MB; weights {:.1} MB, packed copies {:.1} MB (fused) + {:.1} MB (opt0)",
+            af as f64 / 1e6,
+            a0 as f64 / 1e6,
+            weight_bytes(&l) as f64 / 1e6,
+            l.fused.packed_bytes() as f64 / 1e6,
+            l.opt0.packed_bytes() as f64 / 1e6
+        ));
     }
 }
 

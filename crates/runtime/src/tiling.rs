@@ -38,6 +38,14 @@ fn gemm_scratch(mc: i64, nc: i64, kc: i64) -> usize {
     ((mc + MR_MAX) * kc + kc + kc * NR_MAX + mc * (nc + 16)) as usize
 }
 
+/// `units` work units in at most `max_blocks` blocks (one block when the work is too small to
+/// be worth a launch across threads): (block_num, units per block).
+fn split(units: i64, parallel: bool, max_blocks: i64) -> (i64, i64) {
+    let blocks = if parallel { units.min(max_blocks) } else { 1 }.max(1);
+    let upb = ((units + blocks - 1) / blocks).max(1);
+    (if units <= 0 { 0 } else { (units + upb - 1) / upb }, upb)
+}
+
 /// Choose a tiling for `work` evaluated at the bound dims, for `threads` workers. Returns the
 /// tiling and the scratch floats one block needs.
 pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> i64, threads: usize) -> (Tiling, usize) {
@@ -45,9 +53,7 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
     match work {
         Work::Rows { rows, n, row_buffers } => {
             let (r, n) = (eval(rows).max(0), eval(n).max(1));
-            let blocks = if r * n < MIN_PARALLEL_ELEMS { 1 } else { r.min(4 * t) }.max(1);
-            let rpb = ((r + blocks - 1) / blocks).max(1);
-            let block_num = if r == 0 { 0 } else { (r + rpb - 1) / rpb };
+            let (block_num, rpb) = split(r, r * n >= MIN_PARALLEL_ELEMS, 4 * t);
             let tiling = Tiling { block_num, rows_per_block: rpb, units: r, ..Default::default() };
             (tiling, *row_buffers as usize * n as usize)
         }
@@ -62,9 +68,7 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
             }
             let units = units_for(nc);
             let flops = 2 * b * m * n * k;
-            let blocks = if flops < 4 * MIN_PARALLEL_ELEMS { 1 } else { units.min(8 * t) }.max(1);
-            let upb = ((units + blocks - 1) / blocks).max(1);
-            let block_num = if units == 0 { 0 } else { (units + upb - 1) / upb };
+            let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
             let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
             (tiling, gemm_scratch(mc, nc, kc))
         }
@@ -80,9 +84,7 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
             }
             let units = units_for(nc);
             let flops: i64 = ps.iter().map(|(b, m, n, k)| 2 * b * m * n * k).sum();
-            let blocks = if flops < 4 * MIN_PARALLEL_ELEMS { 1 } else { units.min(8 * t) }.max(1);
-            let upb = ((units + blocks - 1) / blocks).max(1);
-            let block_num = if units == 0 { 0 } else { (units + upb - 1) / upb };
+            let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
             let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
             (tiling, gemm_scratch(mc, nc, kc))
         }
@@ -101,9 +103,7 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
             let qpu = ((qt + groups - 1) / groups).max(1);
             let units = b * ((qt + qpu - 1) / qpu);
             let flops = 4 * b * sq * sk * d;
-            let blocks = if flops < 4 * MIN_PARALLEL_ELEMS { 1 } else { units.min(8 * t) }.max(1);
-            let upb = ((units + blocks - 1) / blocks).max(1);
-            let block_num = if units == 0 { 0 } else { (units + upb - 1) / upb };
+            let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
             let tiling = Tiling { block_num, rows_per_block: upb, mc: br, nc: bc, kc: qpu, units, ..Default::default() };
             let skp = (sk + NR_MAX - 1) / NR_MAX * NR_MAX;
             (tiling, (d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br) as usize)
@@ -115,9 +115,7 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
 /// groups of `NR_MAX` spread over the threads when the operand is large enough.
 pub fn choose_pack(batch: i64, k: i64, n: i64, threads: usize) -> (Tiling, usize) {
     let units = batch.max(0) * ((n.max(0) + NR_MAX - 1) / NR_MAX);
-    let blocks = if batch * k * n < MIN_PARALLEL_ELEMS { 1 } else { units.min(4 * threads.max(1) as i64) }.max(1);
-    let upb = ((units + blocks - 1) / blocks).max(1);
-    let block_num = if units == 0 { 0 } else { (units + upb - 1) / upb };
+    let (block_num, upb) = split(units, batch * k * n >= MIN_PARALLEL_ELEMS, 4 * threads.max(1) as i64);
     (Tiling { block_num, rows_per_block: upb, units, ..Default::default() }, 0)
 }
 
