@@ -4,7 +4,9 @@
 //!     cargo bench --bench kernels                 # [-- --quick] [--no-ort] [--only gemm|seed|decode] [--verbose]
 //!
 //! Parts, each ending with a one-line summary:
-//! 1. `fma peak`: an FMA loop per pool thread (the widest ISA this CPU has), all threads at once.
+//! 1. `fma peak`: an FMA loop per pool thread (the widest ISA this CPU has), all threads at once;
+//!    then the generated code's matmul micro-kernel alone on one core with its operands in L1
+//!    (`micro-kernel`), the ceiling of every matmul.
 //! 2. `gemm`: C = A B at M = N = K = 1024, f32, through a generated kernel, on the pool.
 //! 3. `seed_layer`: the seed layer at (d 512, 8 heads, S 128), (1024, 16, 512), (4096, 32, 256),
 //!    fused (opt_level 3) and unfused (opt_level 0), interleaved round by round with
@@ -173,6 +175,68 @@ fn fma_peak(quick: bool) -> f64 {
         best = best.max(flops / secs / 1e9);
     }
     best
+}
+
+// ---------------------------------------------------------------- 1b. micro-kernel alone
+
+/// The generated code's matmul micro-kernel (the prelude's `af_isa()`, the one the kernels
+/// use) on one thread with its operands in L1: A and B slivers of depth `kc` reused, C
+/// accumulated. Compiled with the kernels' flags. Returns (ISA name, GFLOP/s) or why not.
+fn micro_kernel(quick: bool) -> Result<(String, f64), String> {
+    let dir = root().join("target").join("autofusion-bench");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let (src, exe) = (dir.join("uk.c"), dir.join("uk"));
+    let reps: u64 = if quick { 200_000 } else { 1_000_000 };
+    let main = format!(
+        r#"
+#include <stdio.h>
+#include <time.h>
+int main(void) {{
+    const af_isa_info isa = af_isa();
+    enum {{ KC = 256 }};
+    static float A[AF_MR_MAX * KC] __attribute__((aligned(64))), B[KC * AF_NR_MAX] __attribute__((aligned(64)));
+    static float C[AF_MR_MAX * 64] __attribute__((aligned(64)));
+    for (int i = 0; i < AF_MR_MAX * KC; i++) A[i] = 1e-3f * (float)(i % 7);
+    for (int i = 0; i < KC * AF_NR_MAX; i++) B[i] = 1e-3f * (float)(i % 5);
+    double best = 0;
+    for (int t = 0; t < 5; t++) {{
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (long r = 0; r < {reps}L / 5; r++) isa.uk(KC, A, 1, isa.mr, B, C + (r & 1) * isa.nr, 64, isa.mr, isa.nr, 1);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const double g = 2.0 * (double)isa.mr * (double)isa.nr * KC * ({reps}L / 5) / s / 1e9;
+        if (g > best) best = g;
+    }}
+    printf("%s %ldx%ld %.3f %g\n", isa.name, (long)isa.mr, (long)isa.nr, best, (double)C[3]);
+    return 0;
+}}
+"#
+    );
+    let code = format!("#define _POSIX_C_SOURCE 200809L
+{}
+{main}", autofusion_compiler::codegen::c::PRELUDE);
+    std::fs::write(&src, code).map_err(|e| e.to_string())?;
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(autofusion_compiler::codegen::c::CFLAGS)
+        .arg("-O3")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lm")
+        .output()
+        .map_err(|e| format!("cannot run `{cc}`: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let out = Command::new(&exe).output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let f: Vec<&str> = text.split_whitespace().collect();
+    match (f.first(), f.get(1), f.get(2).and_then(|g| g.parse::<f64>().ok())) {
+        (Some(isa), Some(tile), Some(g)) => Ok((format!("{isa} {tile}"), g)),
+        _ => Err(format!("unexpected output `{text}`")),
+    }
 }
 
 // ---------------------------------------------------------------- 2. GEMM
@@ -569,6 +633,13 @@ fn main() {
     println!("kernels bench: {} threads, micro-kernel ISA from CPUID{}", threads(), std::env::var("AUTOFUSION_ISA").map(|v| format!(" (AUTOFUSION_ISA={v})")).unwrap_or_default());
     let peak = fma_peak(a.quick);
     println!("fma peak: {peak:.1} GFLOP/s ({} threads)", threads());
+    match micro_kernel(a.quick) {
+        Ok((isa, g)) => {
+            let per_core = peak / threads() as f64;
+            println!("micro-kernel: {g:.1} GFLOP/s on one core ({isa}, kc 256, operands in L1) = {:.1}% of the per-core peak", 100.0 * g / per_core)
+        }
+        Err(e) => println!("micro-kernel: not measured ({e})"),
+    }
     if want("gemm") {
         gemm(peak, &target, a.quick);
     }
