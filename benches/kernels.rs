@@ -28,6 +28,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 struct Args {
     quick: bool,
     verbose: bool,
@@ -45,16 +48,6 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn target() -> Target {
-    let cached = root().join("target").join(autofusion_compiler::target::HOST_PROFILE_CACHE);
-    match std::fs::read_to_string(&cached).ok().and_then(|t| serde_json::from_str(&t).ok()) {
-        Some(t) => t,
-        None => {
-            eprintln!("note: no calibrated profile at {} (build the crate first); using host defaults", cached.display());
-            Target::host()
-        }
-    }
-}
 
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
@@ -629,7 +622,7 @@ fn rss() -> (f64, f64) {
 fn main() {
     let a = args();
     let want = |p: &str| a.only.as_deref().map_or(true, |o| o == p);
-    let target = target();
+    let target = common::calibrated_host();
     println!("kernels bench: {} threads, micro-kernel ISA from CPUID{}", threads(), std::env::var("AUTOFUSION_ISA").map(|v| format!(" (AUTOFUSION_ISA={v})")).unwrap_or_default());
     let peak = fma_peak(a.quick);
     println!("fma peak: {peak:.1} GFLOP/s ({} threads)", threads());

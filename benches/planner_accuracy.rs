@@ -21,16 +21,6 @@ use std::path::PathBuf;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-fn target() -> Target {
-    let cached = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target").join(autofusion_compiler::target::HOST_PROFILE_CACHE);
-    match std::fs::read_to_string(&cached).ok().and_then(|t| serde_json::from_str(&t).ok()) {
-        Some(t) => t,
-        None => {
-            eprintln!("note: no calibrated profile at {} (build the crate first); using host defaults", cached.display());
-            Target::host()
-        }
-    }
-}
 
 fn units() -> Vec<Unit> {
     let mut out = Vec::new();
@@ -124,7 +114,7 @@ fn class_of(g: &autofusion_compiler::ir::Graph, gr: &Group) -> String {
 }
 
 fn main() {
-    let target = target();
+    let target = common::calibrated_host();
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/planner_accuracy");
     let reps = 11;
     let mut modules: HashMap<String, autofusion::Module> = HashMap::new();

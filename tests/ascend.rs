@@ -10,9 +10,9 @@ mod common;
 mod layers;
 
 use autofusion::{Device, Tensor};
-use autofusion_compiler::front::{parse_options, Options};
+use autofusion_compiler::front::Options;
 use autofusion_compiler::plan::{Rule, RuleSet};
-use autofusion_compiler::{find_graphs, target::Target, Unit, Variant};
+use autofusion_compiler::{target::Target, Unit, Variant};
 use std::path::PathBuf;
 
 /// Tails and a single row; 100 spreads rows unevenly over the 48 AIVs.
@@ -112,21 +112,14 @@ fn macro_layers_run_on_the_ascend_device() {
 #[test]
 fn random_graphs_match_the_reference_on_ascend() {
     let target = Target::ascend910b();
-    for seed in 0..12u64 {
-        let src = autofusion_compiler::testing::random_graph(seed, 6 + seed as usize % 6);
-        let file = syn::parse_file(&src).unwrap();
-        let (f, attr) = find_graphs(&file.items).remove(0);
-        let base = parse_options(attr).unwrap();
-        for level in [2u8, 3] {
-            let unit = Unit::with_options(Options { opt_level: level, ..base.clone() }, f).unwrap();
-            let m = autofusion_runtime::jit::load_ascend(&unit, Variant::Fused, &target, &dir()).unwrap_or_else(|e| panic!("random graph {seed}: {e}\n{src}"));
-            for s in [1i64, 13] {
-                let ins = common::inputs(m.graph(), &[s], seed + 5);
-                let refs: Vec<&Tensor> = ins.iter().collect();
-                let want = m.reference(&refs).unwrap();
-                let got = m.run(0, &refs).unwrap_or_else(|e| panic!("random graph {seed} at opt_level {level}, S = {s}: {e}\n{src}"));
-                common::assert_close(&format!("Ascend: random graph {seed} at opt_level {level}, S = {s}:\n{src}"), &got, &want);
-            }
+    for (seed, level, src, unit) in common::random_units() {
+        let m = autofusion_runtime::jit::load_ascend(&unit, Variant::Fused, &target, &dir()).unwrap_or_else(|e| panic!("random graph {seed}: {e}\n{src}"));
+        for s in [1i64, 13] {
+            let ins = common::inputs(m.graph(), &[s], seed + 5);
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let want = m.reference(&refs).unwrap();
+            let got = m.run(0, &refs).unwrap_or_else(|e| panic!("random graph {seed} at opt_level {level}, S = {s}: {e}\n{src}"));
+            common::assert_close(&format!("Ascend: random graph {seed} at opt_level {level}, S = {s}:\n{src}"), &got, &want);
         }
     }
 }

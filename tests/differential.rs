@@ -5,9 +5,9 @@
 mod common;
 
 use autofusion::Tensor;
-use autofusion_compiler::front::{parse_options, Options};
+use autofusion_compiler::front::Options;
 use autofusion_compiler::plan::{GroupKind, Rule, RuleSet};
-use autofusion_compiler::{find_graphs, target::Target, Unit, Variant};
+use autofusion_compiler::{target::Target, Unit, Variant};
 use std::path::PathBuf;
 
 const SHAPES: [i64; 4] = [1, 7, 100, 513];
@@ -92,21 +92,14 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
 #[test]
 fn random_graphs_match_the_reference() {
     let target = Target::host();
-    for seed in 0..12u64 {
-        let src = autofusion_compiler::testing::random_graph(seed, 6 + seed as usize % 6);
-        let file = syn::parse_file(&src).unwrap();
-        let (f, attr) = find_graphs(&file.items).remove(0);
-        let base = parse_options(attr).unwrap();
-        for level in [2u8, 3] {
-            let unit = Unit::with_options(Options { opt_level: level, ..base.clone() }, f).unwrap();
-            let m = autofusion_runtime::jit::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
-            for s in [1i64, 13] {
-                let ins = common::inputs(m.graph(), &[s], seed + 5);
-                let refs: Vec<&Tensor> = ins.iter().collect();
-                let want = m.reference(&refs).unwrap();
-                let got = m.run(&refs).unwrap();
-                common::assert_close(&format!("random graph {seed} at opt_level {level}, S = {s}:\n{src}"), &got, &want);
-            }
+    for (seed, level, src, unit) in common::random_units() {
+        let m = autofusion_runtime::jit::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
+        for s in [1i64, 13] {
+            let ins = common::inputs(m.graph(), &[s], seed + 5);
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let want = m.reference(&refs).unwrap();
+            let got = m.run(&refs).unwrap();
+            common::assert_close(&format!("random graph {seed} at opt_level {level}, S = {s}:\n{src}"), &got, &want);
         }
     }
 }

@@ -71,3 +71,30 @@ pub fn layer_graphs() -> Vec<(String, syn::ItemFn, autofusion_compiler::front::O
     }
     out
 }
+
+/// The host profile the build calibrated for this package (benchmarks plan with it), or the
+/// default host figures with a note when there is none yet.
+pub fn calibrated_host() -> autofusion_compiler::target::Target {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    autofusion_compiler::target::cached_host_profile(&dir).unwrap_or_else(|| {
+        eprintln!("note: no calibrated profile under {} (build the crate first); using host defaults", dir.display());
+        autofusion_compiler::target::Target::host()
+    })
+}
+
+/// The compiler's twelve random layer-like graphs, each at opt_level 2 and 3:
+/// (seed, opt_level, source, unit).
+pub fn random_units() -> Vec<(u64, u8, String, autofusion_compiler::Unit)> {
+    let mut out = Vec::new();
+    for seed in 0..12u64 {
+        let src = autofusion_compiler::testing::random_graph(seed, 6 + seed as usize % 6);
+        let file = syn::parse_file(&src).unwrap();
+        let (f, attr) = autofusion_compiler::find_graphs(&file.items).remove(0);
+        let base = autofusion_compiler::front::parse_options(attr).unwrap();
+        for level in [2u8, 3] {
+            let opts = autofusion_compiler::front::Options { opt_level: level, ..base.clone() };
+            out.push((seed, level, src.clone(), autofusion_compiler::Unit::with_options(opts, f).unwrap()));
+        }
+    }
+    out
+}

@@ -3,15 +3,14 @@
 //! `AUTOFUSION_PROFILE=<file.json | host | ascend910b>` for reproducible builds.
 
 use autofusion_compiler::target::Target;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 const CALIB_C: &str = include_str!("calib.c");
 
-/// `<target dir>/autofusion/host-profile.json`, from `OUT_DIR` = `<target>/<profile>/build/<pkg>/out`.
-fn cache_path(out_dir: &Path) -> PathBuf {
-    let base = out_dir.ancestors().nth(4).unwrap_or(out_dir);
-    base.join(autofusion_compiler::target::HOST_PROFILE_CACHE)
+/// Cargo's target directory, from `OUT_DIR` = `<target>/<profile>/build/<pkg>/out`.
+fn target_dir(out_dir: &Path) -> &Path {
+    out_dir.ancestors().nth(4).unwrap_or(out_dir)
 }
 
 /// The profile to plan with, and a line saying where it came from.
@@ -26,11 +25,9 @@ pub fn profile(out_dir: &Path) -> Result<(Target, String), String> {
         let t: Target = serde_json::from_str(&text).map_err(|e| format!("AUTOFUSION_PROFILE={v}: not a target profile: {e}"))?;
         return Ok((t, format!("pinned profile {v}")));
     }
-    let cache = cache_path(out_dir);
-    if let Ok(text) = std::fs::read_to_string(&cache) {
-        if let Ok(t) = serde_json::from_str::<Target>(&text) {
-            return Ok((t, format!("calibrated profile {}", cache.display())));
-        }
+    let cache = target_dir(out_dir).join(autofusion_compiler::target::HOST_PROFILE_CACHE);
+    if let Some(t) = autofusion_compiler::target::cached_host_profile(target_dir(out_dir)) {
+        return Ok((t, format!("calibrated profile {}", cache.display())));
     }
     match calibrate(out_dir) {
         Ok(t) => {

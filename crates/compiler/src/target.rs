@@ -17,6 +17,12 @@ pub struct Memory {
 /// directory (versioned with the profile's fields).
 pub const HOST_PROFILE_CACHE: &str = "autofusion/host-profile-v8.json";
 
+/// The calibrated host profile cached under cargo's `target_dir`, if there is a readable one.
+pub fn cached_host_profile(target_dir: &std::path::Path) -> Option<Target> {
+    let text = std::fs::read_to_string(target_dir.join(HOST_PROFILE_CACHE)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     pub name: String,

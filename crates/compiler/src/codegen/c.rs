@@ -861,52 +861,39 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < K; k0 += KC) {{");
     let _ = writeln!(body, "            const int64_t klen = af_min64(KC, K - k0);");
     if !a_direct {
-    // Pack A in slivers of MR rows, applying the prologue once per row of the block.
-    let _ = writeln!(body, "            for (int64_t m = 0; m < mlen; ++m) {{ /* pack A{} */", if prologue.is_empty() { "" } else { " with the prologue" });
-    body.push_str(&em.row_prologue(&spa, "bi * M + m0 + m", "                "));
-    let _ = writeln!(body, "                float *ap = Ap + (m / MR) * MR * klen + m % MR;");
-    let a_val = operand(em, &spa, &members, &|x| Some(em.var(x)), a_in, "c");
-    if prologue.is_empty() {
-        let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
-        let _ = writeln!(body, "                    const int64_t c = k0 + k;");
-        let _ = writeln!(body, "                    ap[k * MR] = {a_val};");
-        let _ = writeln!(body, "                }}");
-    } else {
-        // Compute the row contiguously (so it vectorises), then scatter it into the sliver.
-        let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
-        let _ = writeln!(body, "                    const int64_t c = k0 + k;");
-        for &m in grp_nodes.iter().filter(|m| prologue.contains(m)) {
-            let n = g.node(m);
-            let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &spa, &members, &|x| Some(em.var(x)), *i, "c")).collect();
-            let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &spa, m, &ops, "c"), n.name);
+        // Pack A in slivers of MR rows, applying the prologue once per row of the block.
+        let _ = writeln!(body, "            for (int64_t m = 0; m < mlen; ++m) {{ /* pack A{} */", if prologue.is_empty() { "" } else { " with the prologue" });
+        body.push_str(&em.row_prologue(&spa, "bi * M + m0 + m", "                "));
+        let _ = writeln!(body, "                float *ap = Ap + (m / MR) * MR * klen + m % MR;");
+        let a_val = operand(em, &spa, &members, &|x| Some(em.var(x)), a_in, "c");
+        if prologue.is_empty() {
+            let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
+            let _ = writeln!(body, "                    const int64_t c = k0 + k;");
+            let _ = writeln!(body, "                    ap[k * MR] = {a_val};");
+            let _ = writeln!(body, "                }}");
+        } else {
+            // Compute the row contiguously (so it vectorises), then scatter it into the sliver.
+            let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
+            let _ = writeln!(body, "                    const int64_t c = k0 + k;");
+            for &m in grp_nodes.iter().filter(|m| prologue.contains(m)) {
+                let n = g.node(m);
+                let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &spa, &members, &|x| Some(em.var(x)), *i, "c")).collect();
+                let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &spa, m, &ops, "c"), n.name);
+            }
+            let _ = writeln!(body, "                    Ar[k] = {a_val};");
+            let _ = writeln!(body, "                }}");
+            let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) ap[k * MR] = Ar[k];");
         }
-        let _ = writeln!(body, "                    Ar[k] = {a_val};");
-        let _ = writeln!(body, "                }}");
-        let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) ap[k * MR] = Ar[k];");
-    }
-    let _ = writeln!(body, "            }}");
+        let _ = writeln!(body, "            }}");
     }
     let _ = writeln!(body, "            for (int64_t jr = 0; jr < nlen; jr += NR) {{");
     let _ = writeln!(body, "                const int64_t nr = af_min64(NR, nlen - jr);");
     if packed.is_some() {
         // NC is a multiple of NR_MAX (or N has one tile), so n0 + jr starts a sliver.
         let _ = writeln!(body, "                const float *restrict bsl = Bpk + ((bi * nsl + (n0 + jr) / NR) * K + k0) * NR;");
-    } else if em.strided_cols(&spb, b_in) {
-        // B is a transposed view: walk its columns outside and K inside (along memory).
-        let _ = writeln!(body, "                {{ /* pack one sliver of B, column by column */");
-        body.push_str(&em.row_prologue(&spb, "bi * K", "                    "));
-        let _ = writeln!(body, "                    for (int64_t j = 0; j < NR; ++j) {{");
-        let _ = writeln!(body, "                        if (j >= nr) {{ for (int64_t k = 0; k < klen; ++k) Bs[k * NR + j] = 0.0f; continue; }}");
-        let _ = writeln!(body, "                        for (int64_t k = 0; k < klen; ++k) Bs[k * NR + j] = {};", em.read_inner(&spb, b_in, "k0 + k", "n0 + jr + j"));
-        let _ = writeln!(body, "                    }}\n                }}");
     } else {
-        let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{ /* pack one sliver of B */");
-        body.push_str(&em.row_prologue(&spb, "bi * K + k0 + k", "                    "));
-        let b_val = em.read(&spb, b_in, "n0 + jr + j");
-        let _ = writeln!(body, "                    float *bs = Bs + k * NR;");
-        let _ = writeln!(body, "                    for (int64_t j = 0; j < nr; ++j) bs[j] = {b_val};");
-        let _ = writeln!(body, "                    for (int64_t j = nr; j < NR; ++j) bs[j] = 0.0f;");
-        let _ = writeln!(body, "                }}");
+        let _ = writeln!(body, "                /* pack one sliver of B */");
+        body.push_str(&b_sliver(em, &spb, b_in, "k0", "klen", "n0 + jr", "Bs", "                "));
     }
     let bsrc = if packed.is_some() { "bsl" } else { "Bs" };
     let asrc = if a_direct { "Ab + ir * lda + k0, lda, 1" } else { "Ap + ir * klen, 1, MR" };
@@ -937,6 +924,29 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     }
     let _ = writeln!(body, "            }}\n        }}\n    }}");
     (numel(&batch), out_shape[r - 2].clone(), out_shape[r - 1].clone(), k_dim)
+}
+
+/// Code writing rows `k0 .. k0 + klen` of B's NR columns from `col0` into the sliver `dst`
+/// (`dst[k * NR + j]`, columns past `nr` zero), in the space `sp` of B (batch + [K, N], row
+/// index `bi * K + k`). A transposed view is walked column by column, K inside (along memory).
+fn b_sliver(em: &Emitter, sp: &Space, b: NodeId, k0: &str, klen: &str, col0: &str, dst: &str, ind: &str) -> String {
+    let mut c = String::new();
+    let k = if k0 == "0" { "k".to_string() } else { format!("{k0} + k") };
+    if em.strided_cols(sp, b) {
+        c.push_str(&em.row_prologue(sp, "bi * K", ind));
+        let _ = writeln!(c, "{ind}for (int64_t j = 0; j < NR; ++j) {{");
+        let _ = writeln!(c, "{ind}    if (j >= nr) {{ for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = 0.0f; continue; }}");
+        let _ = writeln!(c, "{ind}    for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = {};", em.read_inner(sp, b, &k, &format!("{col0} + j")));
+        let _ = writeln!(c, "{ind}}}");
+    } else {
+        let _ = writeln!(c, "{ind}for (int64_t k = 0; k < {klen}; ++k) {{");
+        c.push_str(&em.row_prologue(sp, &format!("bi * K + {k}"), &format!("{ind}    ")));
+        let _ = writeln!(c, "{ind}    float *restrict row = {dst} + k * NR;");
+        let _ = writeln!(c, "{ind}    for (int64_t j = 0; j < nr; ++j) row[j] = {};", em.read(sp, b, &format!("{col0} + j")));
+        let _ = writeln!(c, "{ind}    for (int64_t j = nr; j < NR; ++j) row[j] = 0.0f;");
+        let _ = writeln!(c, "{ind}}}");
+    }
+    c
 }
 
 /// The pack function of matmul operand `b_in` (shape `b_shape` = batch + [K, N]), read from a
@@ -970,21 +980,7 @@ fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
     let _ = writeln!(c, "        for (int64_t j0 = c0; j0 < c1; j0 += NR) {{");
     let _ = writeln!(c, "            const int64_t nr = af_min64(NR, N - j0);");
     let _ = writeln!(c, "            float *restrict ds = dst + (bi * nsl + j0 / NR) * K * NR;");
-    if pe.strided_cols(&sp, b_in) {
-        // A transposed view: walk its columns outside and K inside (along memory).
-        c.push_str(&pe.row_prologue(&sp, "bi * K", "            "));
-        let _ = writeln!(c, "            for (int64_t j = 0; j < NR; ++j) {{");
-        let _ = writeln!(c, "                if (j >= nr) {{ for (int64_t k = 0; k < K; ++k) ds[k * NR + j] = 0.0f; continue; }}");
-        let _ = writeln!(c, "                for (int64_t k = 0; k < K; ++k) ds[k * NR + j] = {};", pe.read_inner(&sp, b_in, "k", "j0 + j"));
-        let _ = writeln!(c, "            }}");
-    } else {
-        let _ = writeln!(c, "            for (int64_t k = 0; k < K; ++k) {{");
-        c.push_str(&pe.row_prologue(&sp, "bi * K + k", "                "));
-        let _ = writeln!(c, "                float *restrict row = ds + k * NR;");
-        let _ = writeln!(c, "                for (int64_t j = 0; j < nr; ++j) row[j] = {};", pe.read(&sp, b_in, "j0 + j"));
-        let _ = writeln!(c, "                for (int64_t j = nr; j < NR; ++j) row[j] = 0.0f;");
-        let _ = writeln!(c, "            }}");
-    }
+    c.push_str(&b_sliver(&pe, &sp, b_in, "0", "K", "j0", "ds", "            "));
     let _ = writeln!(c, "        }}\n    }}\n}}\n");
     em.packs.push((PackMeta { func, param, batch, k: b_shape[r - 2].clone(), n: b_shape[r - 1].clone() }, c));
     slot
