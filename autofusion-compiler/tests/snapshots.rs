@@ -15,7 +15,7 @@ fn unit(src: &str) -> Unit {
 }
 
 fn seed_src() -> String {
-    std::fs::read_to_string("../../examples/seed_layer.rs").unwrap()
+    std::fs::read_to_string("../examples/seed_layer.rs").unwrap()
 }
 
 fn seed() -> Unit {
@@ -187,7 +187,7 @@ fn the_report_explains_every_candidate() {
 
 #[test]
 fn planning_a_fused_plan_again_changes_nothing() {
-    let src = std::fs::read_to_string("../../tests/layers/mod.rs").unwrap();
+    let src = std::fs::read_to_string("../tests/layers/mod.rs").unwrap();
     let file = syn::parse_file(&src).unwrap();
     let mut graphs: Vec<Unit> = find_graphs(&file.items).into_iter().map(|(f, a)| Unit::parse(a, f).unwrap()).collect();
     graphs.push(seed());

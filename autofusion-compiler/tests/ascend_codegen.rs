@@ -13,7 +13,7 @@ fn units(path: &str) -> Vec<Unit> {
 }
 
 fn bisheng() -> Option<PathBuf> {
-    let root = std::env::var("ASCEND_HOME_PATH").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from("../../ascend-sim"));
+    let root = std::env::var("ASCEND_HOME_PATH").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from("../ascend-sim"));
     let b = root.join("tools/bisheng_compiler/bin/bisheng");
     (b.exists() && root.join("lib64/libascendcl.so").exists()).then_some(b)
 }
@@ -22,8 +22,8 @@ fn bisheng() -> Option<PathBuf> {
 fn layer_graphs_generate_and_compile() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ascend_codegen");
     std::fs::create_dir_all(&dir).unwrap();
-    let mut all = units("../../examples/seed_layer.rs");
-    all.extend(units("../../tests/layers/mod.rs"));
+    let mut all = units("../examples/seed_layer.rs");
+    all.extend(units("../tests/layers/mod.rs"));
     let t = Target::ascend910b();
     let mut n = 0;
     for u in &all {
