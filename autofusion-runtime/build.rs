@@ -45,5 +45,8 @@ fn ascend() {
     println!("cargo:rustc-env=AUTOFUSION_ASCEND_BISHENG={}", tk.bisheng.display());
     println!("cargo:rustc-env=AUTOFUSION_ASCEND_CFLAGS={}", tk.compile_flags(false).join("\u{1f}"));
     println!("cargo:rustc-env=AUTOFUSION_ASCEND_LIB={}", lib.display());
-    println!("cargo:rustc-env=AUTOFUSION_ASCEND_LEGACY={}", u8::from(tk.flow == autofusion_build::toolkit::Flow::Legacy));
+    println!(
+        "cargo:rustc-env=AUTOFUSION_ASCEND_LEGACY={}",
+        u8::from(tk.flow == autofusion_build::toolkit::Flow::Legacy)
+    );
 }

@@ -41,13 +41,17 @@ struct Args {
 fn args() -> Args {
     let a: Vec<String> = std::env::args().collect();
     let only = a.iter().position(|x| x == "--only").and_then(|i| a.get(i + 1)).cloned();
-    Args { quick: a.iter().any(|x| x == "--quick"), verbose: a.iter().any(|x| x == "--verbose"), ort: !a.iter().any(|x| x == "--no-ort"), only }
+    Args {
+        quick: a.iter().any(|x| x == "--quick"),
+        verbose: a.iter().any(|x| x == "--verbose"),
+        ort: !a.iter().any(|x| x == "--no-ort"),
+        only,
+    }
 }
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
-
 
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
@@ -67,9 +71,11 @@ fn threads() -> usize {
 fn load(src: &str, variant: Variant, target: &Target) -> Module {
     let file = syn::parse_file(src).expect("bench graph parses");
     let (f, attr) = find_graphs(&file.items).into_iter().next().expect("one graph");
-    let unit = Unit::with_options(front::parse_options(attr).expect("options"), f).unwrap_or_else(|_| panic!("graph `{}` lowers", f.sig.ident));
+    let unit = Unit::with_options(front::parse_options(attr).expect("options"), f)
+        .unwrap_or_else(|_| panic!("graph `{}` lowers", f.sig.ident));
     let dir = root().join("target").join("autofusion-bench").join("jit");
-    autofusion_runtime::jit::load(&unit, variant, target, &dir, &["-O3"]).unwrap_or_else(|e| panic!("{e}"))
+    autofusion_runtime::jit::load(&unit, variant, target, &dir, &["-O3"])
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 // ---------------------------------------------------------------- 1. FMA peak
@@ -85,7 +91,8 @@ fn fma_loop(iters: u64) -> (f64, f64) {
             std::hint::black_box(s);
             return (iters as f64 * 16.0 * 32.0, t0.elapsed().as_secs_f64());
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             let t0 = Instant::now();
             // SAFETY: the CPU has AVX2 and FMA (checked above).
             let s = unsafe { fma256(iters) };
@@ -206,9 +213,12 @@ int main(void) {{
 }}
 "#
     );
-    let code = format!("#define _POSIX_C_SOURCE 200809L
+    let code = format!(
+        "#define _POSIX_C_SOURCE 200809L
 {}
-{main}", autofusion_compiler::codegen::c::PRELUDE);
+{main}",
+        autofusion_compiler::codegen::c::PRELUDE
+    );
     std::fs::write(&src, code).map_err(|e| e.to_string())?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
@@ -292,7 +302,10 @@ fn seed_src(d: usize, h: usize) -> String {
     )
 }
 
-const PARAMS: [&str; 16] = ["ln1_g", "ln1_b", "w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o", "ln2_g", "ln2_b", "w1", "b1", "w2", "b2"];
+const PARAMS: [&str; 16] = [
+    "ln1_g", "ln1_b", "w_q", "b_q", "w_k", "b_k", "w_v", "b_v", "w_o", "b_o", "ln2_g", "ln2_b",
+    "w1", "b1", "w2", "b2",
+];
 
 /// Weights ~ N(0, 0.02), gains 1 + N(0, 0.02) (deterministic per name).
 fn weights(d: usize) -> Vec<Tensor> {
@@ -361,7 +374,8 @@ impl Ort {
                 if let Some(mut s) = ort.child.stderr.take() {
                     let _ = std::io::Read::read_to_string(&mut s, &mut err);
                 }
-                let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string();
+                let last =
+                    err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").to_string();
                 Err(format!("{e}: {last} (pip install -r peers/requirements.txt)"))
             }
         }
@@ -372,7 +386,8 @@ impl Ort {
         if line.is_empty() {
             return Err("the onnxruntime peer exited".into());
         }
-        let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| format!("bad reply `{line}`: {e}"))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&line).map_err(|e| format!("bad reply `{line}`: {e}"))?;
         match v.get("error") {
             Some(e) => Err(format!("onnxruntime peer: {e}")),
             None => Ok(v),
@@ -391,7 +406,10 @@ impl Ort {
     }
     fn time(&mut self, n: usize) -> Result<Vec<f64>, String> {
         let v = self.ask(&format!("time {n}"))?;
-        Ok(v["times_ms"].as_array().map(|a| a.iter().filter_map(|x| x.as_f64()).collect()).unwrap_or_default())
+        Ok(v["times_ms"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+            .unwrap_or_default())
     }
 }
 
@@ -423,7 +441,8 @@ struct Layer {
 impl Layer {
     fn new(d: usize, h: usize, target: &Target, with_ort: bool) -> Layer {
         let src = seed_src(d, h);
-        let (fused, opt0) = (load(&src, Variant::Fused, target), load(&src, Variant::Unfused, target));
+        let (fused, opt0) =
+            (load(&src, Variant::Fused, target), load(&src, Variant::Unfused, target));
         let weights = weights(d);
         let dir = root().join("target").join("autofusion-bench").join(format!("seed_d{d}"));
         let mut ort = None;
@@ -507,7 +526,11 @@ impl Layer {
         ins.extend(self.weights.iter());
         for (name, m) in [("fused", &self.fused), ("opt0", &self.opt0)] {
             let t = m.time_kernels(&ins, 11).unwrap();
-            println!("    {name}: {} kernels, sum of medians {:.1} us", t.len(), t.iter().sum::<f64>());
+            println!(
+                "    {name}: {} kernels, sum of medians {:.1} us",
+                t.len(),
+                t.iter().sum::<f64>()
+            );
             for ((k, ops), us) in m.kernel_names().iter().zip(&t) {
                 println!("      {k:<22} {us:>9.1} us  {ops}");
             }
@@ -516,7 +539,10 @@ impl Layer {
 
     fn arena_bytes(&self, s: usize) -> (usize, usize) {
         let dims = [s as i64];
-        (self.fused.shape_plan(&dims).unwrap().arena_bytes, self.opt0.shape_plan(&dims).unwrap().arena_bytes)
+        (
+            self.fused.shape_plan(&dims).unwrap().arena_bytes,
+            self.opt0.shape_plan(&dims).unwrap().arena_bytes,
+        )
     }
 }
 
@@ -525,10 +551,12 @@ fn layer_flops(d: usize, s: usize) -> f64 {
 }
 
 fn seed(peak: f64, target: &Target, a: &Args, mem: &mut Vec<String>) {
-    let configs: &[(usize, usize, usize)] = if a.quick { &[(512, 8, 128)] } else { &[(512, 8, 128), (1024, 16, 512), (4096, 32, 256)] };
+    let configs: &[(usize, usize, usize)] =
+        if a.quick { &[(512, 8, 128)] } else { &[(512, 8, 128), (1024, 16, 512), (4096, 32, 256)] };
     for &(d, h, s) in configs {
         let mut l = Layer::new(d, h, target, a.ort);
-        let [f, o0, ort, ef, e0, eo] = l.run(s, if a.quick { 3 } else { 7 }, if a.quick { 1.0 } else { 6.0 });
+        let [f, o0, ort, ef, e0, eo] =
+            l.run(s, if a.quick { 3 } else { 7 }, if a.quick { 1.0 } else { 6.0 });
         if a.verbose {
             l.print_kernels(s);
         }
@@ -563,9 +591,15 @@ fn decode(target: &Target, a: &Args) {
     let mut l = Layer::new(512, 8, target, a.ort);
     let mut s1 = (f64::NAN, f64::NAN);
     for s in [1usize, 4, 16] {
-        let [f, o0, ort, ef, ..] = l.run(s, if a.quick { 3 } else { 9 }, if a.quick { 0.3 } else { 2.0 });
+        let [f, o0, ort, ef, ..] =
+            l.run(s, if a.quick { 3 } else { 9 }, if a.quick { 0.3 } else { 2.0 });
         assert!(ef <= 1e-4, "decode S={s}: fused output differs from the reference ({ef:e})");
-        println!("  decode d 512 S {s}: fused {:.1} us, opt0 {:.1} us, onnxruntime {:.1} us", f * 1e3, o0 * 1e3, ort * 1e3);
+        println!(
+            "  decode d 512 S {s}: fused {:.1} us, opt0 {:.1} us, onnxruntime {:.1} us",
+            f * 1e3,
+            o0 * 1e3,
+            ort * 1e3
+        );
         if s == 1 {
             s1 = (f, ort);
         }
@@ -576,7 +610,8 @@ fn decode(target: &Target, a: &Args) {
         let body: String = (0..n).map(|i| format!("let y = y * 1.0001 + {}.0;\n", i % 3)).collect();
         format!("#[fused_graph(dims(C = 8), opt_level = 0)] fn chain{n}(x: Tensor<f32, {{[S, C]}}>) -> Tensor<f32, {{[S, C]}}> {{ let y = x; {body} y }}")
     };
-    let (m1, m16) = (load(&chain(1), Variant::Fused, target), load(&chain(16), Variant::Fused, target));
+    let (m1, m16) =
+        (load(&chain(1), Variant::Fused, target), load(&chain(16), Variant::Fused, target));
     let (k1, k16) = (m1.kernel_names().len(), m16.kernel_names().len());
     let x = Tensor::randn(&[1, 8], 1.0, 3);
     let per_run = |m: &Module| {
@@ -615,7 +650,13 @@ fn decode(target: &Target, a: &Args) {
 
 fn rss() -> (f64, f64) {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb = |key: &str| s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    let kb = |key: &str| {
+        s.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
     (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
 }
 
@@ -623,7 +664,13 @@ fn main() {
     let a = args();
     let want = |p: &str| a.only.as_deref().map_or(true, |o| o == p);
     let target = common::calibrated_host();
-    println!("kernels bench: {} threads, micro-kernel ISA from CPUID{}", threads(), std::env::var("AUTOFUSION_ISA").map(|v| format!(" (AUTOFUSION_ISA={v})")).unwrap_or_default());
+    println!(
+        "kernels bench: {} threads, micro-kernel ISA from CPUID{}",
+        threads(),
+        std::env::var("AUTOFUSION_ISA")
+            .map(|v| format!(" (AUTOFUSION_ISA={v})"))
+            .unwrap_or_default()
+    );
     let peak = fma_peak(a.quick);
     println!("fma peak: {peak:.1} GFLOP/s ({} threads)", threads());
     match micro_kernel(a.quick) {

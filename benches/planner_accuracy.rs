@@ -12,7 +12,9 @@
 //! the runs (interference only adds time), and the accuracy with medians is printed too.
 
 use autofusion::Tensor;
-use autofusion_compiler::plan::{plan, plan_from, Candidate, Decision, Group, GroupKind, Plan, Rule};
+use autofusion_compiler::plan::{
+    plan, plan_from, Candidate, Decision, Group, GroupKind, Plan, Rule,
+};
 use autofusion_compiler::target::Target;
 use autofusion_compiler::{find_graphs, ir::Op, Unit, Variant};
 use std::collections::{BTreeSet, HashMap};
@@ -21,11 +23,14 @@ use std::path::PathBuf;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-
 fn units() -> Vec<Unit> {
     let mut out = Vec::new();
-    for (file, names) in [("examples/seed_layer.rs", &["seed_layer"][..]), ("tests/layers/mod.rs", &["bert_layer", "llama_block"][..])] {
-        let src = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    for (file, names) in [
+        ("examples/seed_layer.rs", &["seed_layer"][..]),
+        ("tests/layers/mod.rs", &["bert_layer", "llama_block"][..]),
+    ] {
+        let src =
+            std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
         let parsed = syn::parse_file(&src).unwrap();
         for (f, attr) in find_graphs(&parsed.items) {
             if names.contains(&f.sig.ident.to_string().as_str()) {
@@ -38,7 +43,11 @@ fn units() -> Vec<Unit> {
     out
 }
 
-fn kind_of(g: &autofusion_compiler::ir::Graph, nodes: &BTreeSet<autofusion_compiler::ir::NodeId>, rule: Option<Rule>) -> (GroupKind, Option<autofusion_compiler::ir::NodeId>) {
+fn kind_of(
+    g: &autofusion_compiler::ir::Graph,
+    nodes: &BTreeSet<autofusion_compiler::ir::NodeId>,
+    rule: Option<Rule>,
+) -> (GroupKind, Option<autofusion_compiler::ir::NodeId>) {
     if rule == Some(Rule::FlashAttention) {
         let f = autofusion_compiler::plan::flash_parts(g, nodes).expect("flash candidate");
         return (GroupKind::FlashAttention, Some(f.pv));
@@ -52,9 +61,21 @@ fn kind_of(g: &autofusion_compiler::ir::Graph, nodes: &BTreeSet<autofusion_compi
     (GroupKind::Elementwise, None)
 }
 
-fn group(g: &autofusion_compiler::ir::Graph, nodes: BTreeSet<autofusion_compiler::ir::NodeId>, rule: Option<Rule>) -> Group {
+fn group(
+    g: &autofusion_compiler::ir::Graph,
+    nodes: BTreeSet<autofusion_compiler::ir::NodeId>,
+    rule: Option<Rule>,
+) -> Group {
     let (kind, anchor) = kind_of(g, &nodes, rule);
-    Group { kind, nodes: nodes.into_iter().collect(), anchor, rules: Vec::new(), outputs: Vec::new(), inputs: Vec::new(), cost: None }
+    Group {
+        kind,
+        nodes: nodes.into_iter().collect(),
+        anchor,
+        rules: Vec::new(),
+        outputs: Vec::new(),
+        inputs: Vec::new(),
+        cost: None,
+    }
 }
 
 /// A plan holding `groups` and every other op as its own kernel.
@@ -64,7 +85,10 @@ fn plan_with(u: &Unit, groups: Vec<Group>, p: &Plan, target: &Target) -> Plan {
     let mut all = groups;
     for id in g.ids() {
         let op = &g.node(id).op;
-        if !covered.contains(&id) && !matches!(op, Op::Param { .. } | Op::Const { .. }) && !op.is_view() {
+        if !covered.contains(&id)
+            && !matches!(op, Op::Param { .. } | Op::Const { .. })
+            && !op.is_view()
+        {
             all.push(group(g, [id].into_iter().collect(), None));
         }
     }
@@ -79,7 +103,13 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// Build (or reuse) the module of a plan holding `groups` (and every other op alone).
-    fn module_for(&mut self, u: &Unit, groups: Vec<Group>, p: &Plan, target: &Target) -> (String, Plan) {
+    fn module_for(
+        &mut self,
+        u: &Unit,
+        groups: Vec<Group>,
+        p: &Plan,
+        target: &Target,
+    ) -> (String, Plan) {
         let g = &u.graph;
         let pl = plan_with(u, groups, p, target);
         let key: Vec<Vec<_>> = pl.groups.iter().map(|gr| gr.nodes.clone()).collect();
@@ -124,7 +154,10 @@ fn main() {
     let mut slower: Vec<String> = Vec::new();
     let mut ratios: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     println!("target: {}", target.sources.join("; "));
-    println!("{:<12} {:>5} {:<20} {:>9} {:>9} {:>9} {:>9}  decision  sign", "layer", "S", "rule", "pred us", "meas us", "pred fus", "meas fus");
+    println!(
+        "{:<12} {:>5} {:<20} {:>9} {:>9} {:>9} {:>9}  decision  sign",
+        "layer", "S", "rule", "pred us", "meas us", "pred fus", "meas fus"
+    );
     for u in units() {
         let g = &u.graph;
         for s in [16i64, 128, 512] {
@@ -139,7 +172,8 @@ fn main() {
                 .collect();
             for c in cands {
                 let prod: BTreeSet<_> = c.producer.iter().copied().collect();
-                let cons: Vec<BTreeSet<_>> = c.consumers.iter().map(|x| x.iter().copied().collect()).collect();
+                let cons: Vec<BTreeSet<_>> =
+                    c.consumers.iter().map(|x| x.iter().copied().collect()).collect();
                 let mut parts = vec![prod.clone()];
                 parts.extend(cons.iter().cloned());
                 let fused: Vec<BTreeSet<_>> = if c.rule == Some(Rule::FlashAttention) {
@@ -148,8 +182,18 @@ fn main() {
                     cons.iter().map(|x| x.union(&prod).copied().collect()).collect()
                 };
                 let mut ctx = Ctx { modules: &mut modules, n_sym: &mut n_sym, dir: &dir };
-                let (kp, pp) = ctx.module_for(&u, parts.iter().map(|x| group(g, x.clone(), None)).collect(), &p, &target);
-                let (kf, pf) = ctx.module_for(&u, fused.iter().map(|x| group(g, x.clone(), c.rule)).collect(), &p, &target);
+                let (kp, pp) = ctx.module_for(
+                    &u,
+                    parts.iter().map(|x| group(g, x.clone(), None)).collect(),
+                    &p,
+                    &target,
+                );
+                let (kf, pf) = ctx.module_for(
+                    &u,
+                    fused.iter().map(|x| group(g, x.clone(), c.rule)).collect(),
+                    &p,
+                    &target,
+                );
                 // Interleave the two builds so both see the same machine state; medians.
                 let (mut tp, mut tf): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (Vec::new(), Vec::new());
                 for _ in 0..reps {
@@ -167,7 +211,10 @@ fn main() {
                         v[v.len() / 2]
                     }
                 };
-                let pick = |pl: &Plan, runs: &[Vec<f64>], want: &[BTreeSet<autofusion_compiler::ir::NodeId>], use_min: bool| {
+                let pick = |pl: &Plan,
+                            runs: &[Vec<f64>],
+                            want: &[BTreeSet<autofusion_compiler::ir::NodeId>],
+                            use_min: bool| {
                     let mut sum = 0.0;
                     let mut ks = Vec::new();
                     for (k, gr) in pl.groups.iter().enumerate() {
@@ -187,7 +234,11 @@ fn main() {
                 let (mp_med, _) = pick(&pp, &tp, &parts, false);
                 let (mf_med, _) = pick(&pf, &tf, &fused, false);
                 right_med += ((c.parts_us - c.fused_us > 0.0) == (mp_med - mf_med > 0.0)) as usize;
-                let m = Measured { parts_us: mp, fused_us: mf, kernels: kp.into_iter().chain(kf).collect() };
+                let m = Measured {
+                    parts_us: mp,
+                    fused_us: mf,
+                    kernels: kp.into_iter().chain(kf).collect(),
+                };
                 let pred = c.parts_us - c.fused_us;
                 let meas = m.parts_us - m.fused_us;
                 let ok = (pred > 0.0) == (meas > 0.0);
@@ -201,7 +252,13 @@ fn main() {
                 }
                 let accepted = matches!(c.decision, Decision::Accepted { .. });
                 if accepted && m.fused_us > 1.02 * m.parts_us && m.fused_us - m.parts_us > 2.0 {
-                    slower.push(format!("{} S={s} {}: fused {:.1} us > parts {:.1} us", g.name, c.rule.unwrap().name(), m.fused_us, m.parts_us));
+                    slower.push(format!(
+                        "{} S={s} {}: fused {:.1} us > parts {:.1} us",
+                        g.name,
+                        c.rule.unwrap().name(),
+                        m.fused_us,
+                        m.parts_us
+                    ));
                 }
                 println!(
                     "{:<12} {:>5} {:<20} {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:<8}  {}",
@@ -220,7 +277,11 @@ fn main() {
     }
     rel_errors.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let med = rel_errors.get(rel_errors.len() / 2).copied().unwrap_or(f64::NAN);
-    println!("median relative error of predicted kernel times: {:.0}% over {} kernels", med * 100.0, rel_errors.len());
+    println!(
+        "median relative error of predicted kernel times: {:.0}% over {} kernels",
+        med * 100.0,
+        rel_errors.len()
+    );
     for (class, r) in &mut ratios {
         r.sort_by(|a, b| a.partial_cmp(b).unwrap());
         println!("  {class:<14} predicted/measured: median {:.2}, quartiles {:.2}..{:.2} over {} kernels", r[r.len() / 2], r[r.len() / 4], r[3 * r.len() / 4], r.len());
@@ -233,6 +294,12 @@ fn main() {
             println!("  {l}");
         }
     }
-    println!("with medians instead of minima: decision accuracy {right_med}/{total} ({:.1}%)", 100.0 * right_med as f64 / total.max(1) as f64);
-    println!("decision accuracy: {right}/{total} ({:.1}%)", 100.0 * right as f64 / total.max(1) as f64);
+    println!(
+        "with medians instead of minima: decision accuracy {right_med}/{total} ({:.1}%)",
+        100.0 * right_med as f64 / total.max(1) as f64
+    );
+    println!(
+        "decision accuracy: {right}/{total} ({:.1}%)",
+        100.0 * right as f64 / total.max(1) as f64
+    );
 }

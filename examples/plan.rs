@@ -11,7 +11,10 @@ use autofusion_compiler::{find_graphs, report, Unit};
 
 fn arg(name: &str, default: &str) -> String {
     let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned()).unwrap_or_else(|| default.to_string())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| default.to_string())
 }
 
 fn main() {
@@ -29,8 +32,13 @@ fn main() {
             std::process::exit(2)
         })
     } else if tname == "host" {
-        let cached = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join(autofusion_compiler::target::HOST_PROFILE_CACHE);
-        std::fs::read_to_string(cached).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_else(Target::host)
+        let cached = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .join(autofusion_compiler::target::HOST_PROFILE_CACHE);
+        std::fs::read_to_string(cached)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_else(Target::host)
     } else {
         Target::named(&tname).unwrap_or_else(|| {
             eprintln!("error: unknown --target `{tname}` (host, ascend910b)");
@@ -54,6 +62,10 @@ fn main() {
         let c = g.cost.as_ref().map(|c| format!("{:9.1} us", c.time_us)).unwrap_or_default();
         println!("  k{k:<3} {c}  [{}] {}", rules.join(", "), describe(&unit.graph, g));
     }
-    let rejected = p.candidates.iter().filter(|c| matches!(c.decision, Decision::Rejected { .. })).count();
-    println!("{} candidates, {rejected} rejected (reasons in plan.json / report.md)", p.candidates.len());
+    let rejected =
+        p.candidates.iter().filter(|c| matches!(c.decision, Decision::Rejected { .. })).count();
+    println!(
+        "{} candidates, {rejected} rejected (reasons in plan.json / report.md)",
+        p.candidates.len()
+    );
 }

@@ -8,24 +8,24 @@ use std::time::Instant;
 
 #[fused_graph(dims(D = 512, H = 8, F = 2048), opt_level = 3)]
 pub fn seed_layer(
-    x: Tensor<f32, {[S, D]}>,
-    ln1_g: Tensor<f32, {[D]}>,
-    ln1_b: Tensor<f32, {[D]}>,
-    w_q: Tensor<f32, {[D, D]}>,
-    b_q: Tensor<f32, {[D]}>,
-    w_k: Tensor<f32, {[D, D]}>,
-    b_k: Tensor<f32, {[D]}>,
-    w_v: Tensor<f32, {[D, D]}>,
-    b_v: Tensor<f32, {[D]}>,
-    w_o: Tensor<f32, {[D, D]}>,
-    b_o: Tensor<f32, {[D]}>,
-    ln2_g: Tensor<f32, {[D]}>,
-    ln2_b: Tensor<f32, {[D]}>,
-    w1: Tensor<f32, {[D, F]}>,
-    b1: Tensor<f32, {[F]}>,
-    w2: Tensor<f32, {[F, D]}>,
-    b2: Tensor<f32, {[D]}>,
-) -> Tensor<f32, {[S, D]}> {
+    x: Tensor<f32, { [S, D] }>,
+    ln1_g: Tensor<f32, { [D] }>,
+    ln1_b: Tensor<f32, { [D] }>,
+    w_q: Tensor<f32, { [D, D] }>,
+    b_q: Tensor<f32, { [D] }>,
+    w_k: Tensor<f32, { [D, D] }>,
+    b_k: Tensor<f32, { [D] }>,
+    w_v: Tensor<f32, { [D, D] }>,
+    b_v: Tensor<f32, { [D] }>,
+    w_o: Tensor<f32, { [D, D] }>,
+    b_o: Tensor<f32, { [D] }>,
+    ln2_g: Tensor<f32, { [D] }>,
+    ln2_b: Tensor<f32, { [D] }>,
+    w1: Tensor<f32, { [D, F] }>,
+    b1: Tensor<f32, { [F] }>,
+    w2: Tensor<f32, { [F, D] }>,
+    b2: Tensor<f32, { [D] }>,
+) -> Tensor<f32, { [S, D] }> {
     let h = layer_norm(x, ln1_g, ln1_b, 1e-5);
     let q = split_heads(linear(h, w_q, b_q), H);
     let k = split_heads(linear(h, w_k, b_k), H);
@@ -84,16 +84,27 @@ fn main() -> Result<()> {
         let [x, g1, b1n, wq, bq, wk, bk, wv, bv, wo, bo, g2, b2n, w1, b1, w2, b2] = &p;
         match which {
             0 => seed_layer(x, g1, b1n, wq, bq, wk, bk, wv, bv, wo, bo, g2, b2n, w1, b1, w2, b2),
-            1 => seed_layer::unfused(x, g1, b1n, wq, bq, wk, bk, wv, bv, wo, bo, g2, b2n, w1, b1, w2, b2),
-            _ => seed_layer::reference(x, g1, b1n, wq, bq, wk, bk, wv, bv, wo, bo, g2, b2n, w1, b1, w2, b2),
+            1 => seed_layer::unfused(
+                x, g1, b1n, wq, bq, wk, bk, wv, bv, wo, bo, g2, b2n, w1, b1, w2, b2,
+            ),
+            _ => seed_layer::reference(
+                x, g1, b1n, wq, bq, wk, bk, wv, bv, wo, bo, g2, b2n, w1, b1, w2, b2,
+            ),
         }
     };
     let module = seed_layer::module()?;
-    println!("seed layer: d {d}, 8 heads, ffn {f}, S = {seq}, f32, {} threads", autofusion_runtime::pool::pool().threads());
+    println!(
+        "seed layer: d {d}, 8 heads, ffn {f}, S = {seq}, f32, {} threads",
+        autofusion_runtime::pool::pool().threads()
+    );
     for line in &module.meta().summary {
         println!("{line}");
     }
-    println!("plan (opt_level 3): {} ops -> {} kernels", module.op_count(), module.kernel_names().len());
+    println!(
+        "plan (opt_level 3): {} ops -> {} kernels",
+        module.op_count(),
+        module.kernel_names().len()
+    );
     for (name, ops) in module.kernel_names() {
         println!("  {name:<24} {ops}");
     }
@@ -116,7 +127,8 @@ fn main() -> Result<()> {
         tu.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     let (mf, mu) = (median(tf), median(tu));
-    let flop = 2.0 * seq as f64 * (4.0 * (d * d) as f64 + 2.0 * (d * f) as f64) + 4.0 * (seq * seq * d) as f64;
+    let flop = 2.0 * seq as f64 * (4.0 * (d * d) as f64 + 2.0 * (d * f) as f64)
+        + 4.0 * (seq * seq * d) as f64;
     println!("median over {iters} runs: fused {mf:.3} ms ({:.1} GFLOP/s), unfused {mu:.3} ms ({:.1} GFLOP/s), speedup {:.2}x",
         flop / mf / 1e6, flop / mu / 1e6, mu / mf);
     if std::env::args().any(|a| a == "--kernels") {
@@ -131,7 +143,11 @@ fn main() -> Result<()> {
         }
     }
     let plan = module.shape_plan(&[seq as i64])?;
-    println!("arena {:.2} MB for {:.2} MB of intermediates", plan.arena_bytes as f64 / 1e6, plan.intermediate_bytes as f64 / 1e6);
+    println!(
+        "arena {:.2} MB for {:.2} MB of intermediates",
+        plan.arena_bytes as f64 / 1e6,
+        plan.intermediate_bytes as f64 / 1e6
+    );
     if !ok {
         std::process::exit(1);
     }

@@ -15,7 +15,10 @@ use std::collections::BTreeSet;
 
 fn arg(name: &str, default: &str) -> String {
     let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned()).unwrap_or_else(|| default.to_string())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+        .unwrap_or_else(|| default.to_string())
 }
 
 /// The seed layer of examples/seed_layer.rs at the given sizes and dtype.
@@ -24,7 +27,10 @@ fn seed_source(d: usize, heads: usize, dtype: &str, seq: usize) -> String {
     let start = src.find("#[fused_graph").unwrap();
     let end = start + src[start..].find("\n}\n").unwrap() + 3;
     src[start..end]
-        .replace("dims(D = 512, H = 8, F = 2048)", &format!("dims(D = {d}, H = {heads}, F = {}), hints(S = {seq})", 4 * d))
+        .replace(
+            "dims(D = 512, H = 8, F = 2048)",
+            &format!("dims(D = {d}, H = {heads}, F = {}), hints(S = {seq})", 4 * d),
+        )
         .replace("Tensor<f32,", &format!("Tensor<{dtype},"))
 }
 
@@ -47,9 +53,11 @@ fn traffic(d: usize, heads: usize, seq: usize, dtype: &str, target: &Target) -> 
     let p3 = plan(g, 3, RuleSet::all(), &hints, target);
     let est = |id| {
         let n = g.node(id);
-        n.shape.iter().map(|x| x.estimate(&|_| seq as i64)).product::<i64>() as f64 * n.dtype.size() as f64
+        n.shape.iter().map(|x| x.estimate(&|_| seq as i64)).product::<i64>() as f64
+            * n.dtype.size() as f64
     };
-    let compulsory: f64 = g.param_nodes().iter().map(|p| est(*p)).sum::<f64>() + g.outputs.iter().map(|o| est(*o)).sum::<f64>();
+    let compulsory: f64 = g.param_nodes().iter().map(|p| est(*p)).sum::<f64>()
+        + g.outputs.iter().map(|o| est(*o)).sum::<f64>();
     // Attention = the nodes of the QK^T .. PV pattern.
     let users = g.users();
     let attn: BTreeSet<_> = g
@@ -62,7 +70,12 @@ fn traffic(d: usize, heads: usize, seq: usize, dtype: &str, target: &Target) -> 
         })
         .collect();
     let attention_bytes = |p: &autofusion_compiler::plan::Plan| -> f64 {
-        p.groups.iter().filter(|gr| gr.nodes.iter().all(|n| attn.contains(n))).filter_map(|gr| gr.cost.as_ref()).map(|c| c.bytes).sum()
+        p.groups
+            .iter()
+            .filter(|gr| gr.nodes.iter().all(|n| attn.contains(n)))
+            .filter_map(|gr| gr.cost.as_ref())
+            .map(|c| c.bytes)
+            .sum()
     };
     assert!(g.nodes.iter().any(|n| n.op == Op::MatMul));
     Traffic {
@@ -89,13 +102,27 @@ fn main() {
         std::process::exit(2);
     };
     println!("seed layer d {d}, {heads} heads, S {seq}, {dtype}, target {tname}");
-    println!("{:>6}  {:>12} {:>12}   {:>14} {:>14}", "S", "unfused GB", "fused GB", "attn unfused", "attn fused");
+    println!(
+        "{:>6}  {:>12} {:>12}   {:>14} {:>14}",
+        "S", "unfused GB", "fused GB", "attn unfused", "attn fused"
+    );
     let mut s = 1;
     while s <= 4096 {
         let t = traffic(d, heads, s, &dtype, &target);
-        println!("{s:>6}  {:>12.3} {:>12.3}   {:>11.3} GB {:>11.3} GB", t.unfused / 1e9, t.fused / 1e9, t.attention_unfused / 1e9, t.attention_fused / 1e9);
+        println!(
+            "{s:>6}  {:>12.3} {:>12.3}   {:>11.3} GB {:>11.3} GB",
+            t.unfused / 1e9,
+            t.fused / 1e9,
+            t.attention_unfused / 1e9,
+            t.attention_fused / 1e9
+        );
         s *= 4;
     }
     let t = traffic(d, heads, seq, &dtype, &target);
-    println!("traffic: unfused {:.2} GB, fused {:.2} GB, compulsory {:.2} GB", t.unfused / 1e9, t.fused / 1e9, t.compulsory / 1e9);
+    println!(
+        "traffic: unfused {:.2} GB, fused {:.2} GB, compulsory {:.2} GB",
+        t.unfused / 1e9,
+        t.fused / 1e9,
+        t.compulsory / 1e9
+    );
 }

@@ -19,12 +19,20 @@ use std::path::PathBuf;
 const SHAPES: [i64; 3] = [1, 7, 100];
 
 fn configs() -> Vec<(String, u8, RuleSet)> {
-    let mut v: Vec<(String, u8, RuleSet)> = (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
+    let mut v: Vec<(String, u8, RuleSet)> =
+        (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
     // (qkv_horizontal is not applied on Ascend: `Unit::variant_ascend` plans without it.)
-    for r in Rule::ALL.iter().filter(|r| r.implemented() && !matches!(**r, Rule::Pipeline | Rule::QkvHorizontal)) {
+    for r in Rule::ALL
+        .iter()
+        .filter(|r| r.implemented() && !matches!(**r, Rule::Pipeline | Rule::QkvHorizontal))
+    {
         let mut s = RuleSet::none();
         s.insert(*r);
-        v.push((format!("opt_level {}, rules = [{}]", r.min_opt_level().max(2), r.name()), r.min_opt_level().max(2), s));
+        v.push((
+            format!("opt_level {}, rules = [{}]", r.min_opt_level().max(2), r.name()),
+            r.min_opt_level().max(2),
+            s,
+        ));
     }
     v
 }
@@ -65,15 +73,20 @@ fn every_layer_graph_matches_the_reference_on_ascend() {
             let opts = Options { opt_level: level, rules, ..base.clone() };
             let unit = Unit::with_options(opts, &item).unwrap();
             // Plans that generate the same code are built once.
-            let (_, src) = unit.variant_ascend(Variant::Fused, &target).unwrap_or_else(|e| panic!("{name}, {label}: {e}"));
+            let (_, src) = unit
+                .variant_ascend(Variant::Fused, &target)
+                .unwrap_or_else(|e| panic!("{name}, {label}: {e}"));
             if !seen.insert(src.code.clone()) {
                 continue;
             }
             let sym = format!("{}_{}", unit.symbol(Variant::Fused), seen.len());
-            let m = autofusion_runtime::jit::load_ascend_built(g.clone(), &src, &sym, &dir(), false).unwrap_or_else(|e| panic!("{name}, {label}: {e}"));
+            let m =
+                autofusion_runtime::jit::load_ascend_built(g.clone(), &src, &sym, &dir(), false)
+                    .unwrap_or_else(|e| panic!("{name}, {label}: {e}"));
             for (s, ins, want) in &cases {
                 let refs: Vec<&Tensor> = ins.iter().collect();
-                let got = m.run(0, &refs).unwrap_or_else(|e| panic!("{name}, {label}, S = {s}: {e}"));
+                let got =
+                    m.run(0, &refs).unwrap_or_else(|e| panic!("{name}, {label}, S = {s}: {e}"));
                 common::assert_close(&format!("Ascend: {name}, {label}, S = {s}"), &got, want);
             }
             eprintln!("ok: {name}, {label} ({} kernels)", src.kernels.len());
@@ -99,11 +112,14 @@ fn macro_layers_run_on_the_ascend_device() {
     let a = layers::ffn_f16::module().unwrap();
     let ins = common::inputs(a.graph(), &[7], 3);
     let want = a.reference(&ins.iter().collect::<Vec<_>>()).unwrap();
-    let got = layers::ffn_f16::run_on(dev, &ins[0], &ins[1], &ins[2], &ins[3], &ins[4], &ins[5]).unwrap();
+    let got =
+        layers::ffn_f16::run_on(dev, &ins[0], &ins[1], &ins[2], &ins[3], &ins[4], &ins[5]).unwrap();
     common::assert_close("ffn_f16 through run_on(Ascend)", &[got], &want);
     // Runtime errors name the graph and shapes on this device too.
     let bad = Tensor::zeros(ins[0].dtype(), &[7, 3]);
-    let e = layers::ffn_f16::run_on(dev, &bad, &ins[1], &ins[2], &ins[3], &ins[4], &ins[5]).unwrap_err().to_string();
+    let e = layers::ffn_f16::run_on(dev, &bad, &ins[1], &ins[2], &ins[3], &ins[4], &ins[5])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("ffn_f16") && e.contains("[7, 3]"), "{e}");
 }
 
@@ -113,13 +129,20 @@ fn macro_layers_run_on_the_ascend_device() {
 fn random_graphs_match_the_reference_on_ascend() {
     let target = Target::ascend910b();
     for (seed, level, src, unit) in common::random_units() {
-        let m = autofusion_runtime::jit::load_ascend(&unit, Variant::Fused, &target, &dir()).unwrap_or_else(|e| panic!("random graph {seed}: {e}\n{src}"));
+        let m = autofusion_runtime::jit::load_ascend(&unit, Variant::Fused, &target, &dir())
+            .unwrap_or_else(|e| panic!("random graph {seed}: {e}\n{src}"));
         for s in [1i64, 13] {
             let ins = common::inputs(m.graph(), &[s], seed + 5);
             let refs: Vec<&Tensor> = ins.iter().collect();
             let want = m.reference(&refs).unwrap();
-            let got = m.run(0, &refs).unwrap_or_else(|e| panic!("random graph {seed} at opt_level {level}, S = {s}: {e}\n{src}"));
-            common::assert_close(&format!("Ascend: random graph {seed} at opt_level {level}, S = {s}:\n{src}"), &got, &want);
+            let got = m.run(0, &refs).unwrap_or_else(|e| {
+                panic!("random graph {seed} at opt_level {level}, S = {s}: {e}\n{src}")
+            });
+            common::assert_close(
+                &format!("Ascend: random graph {seed} at opt_level {level}, S = {s}:\n{src}"),
+                &got,
+                &want,
+            );
         }
     }
 }

@@ -13,7 +13,8 @@ use std::path::PathBuf;
 const SHAPES: [i64; 4] = [1, 7, 100, 513];
 
 fn configs() -> Vec<(String, u8, RuleSet)> {
-    let mut v: Vec<(String, u8, RuleSet)> = (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
+    let mut v: Vec<(String, u8, RuleSet)> =
+        (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
     for r in Rule::ALL.iter().filter(|r| r.implemented()) {
         let mut s = RuleSet::none();
         s.insert(*r);
@@ -37,7 +38,8 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
     for (name, item, base) in common::layer_graphs() {
         // One reference per shape, shared by all plans of the graph.
         let unit0 = Unit::with_options(base.clone(), &item).unwrap();
-        let m0 = autofusion_runtime::jit::load(&unit0, Variant::Unfused, &target, &dir(), &[]).unwrap();
+        let m0 =
+            autofusion_runtime::jit::load(&unit0, Variant::Unfused, &target, &dir(), &[]).unwrap();
         let g = m0.graph().clone();
         let cases: Vec<(i64, Vec<Tensor>, Vec<Tensor>)> = SHAPES
             .iter()
@@ -53,20 +55,47 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
         for (label, level, rules) in configs() {
             let opts = Options { opt_level: level, rules, ..base.clone() };
             let unit = Unit::with_options(opts, &item).unwrap();
-            let m = autofusion_runtime::jit::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
+            let m =
+                autofusion_runtime::jit::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
             kernel_counts.push((label.clone(), m.kernel_names().len()));
             // Attention becomes one flash kernel at opt_level 3 (and only there).
-            let flash = unit.variant(Variant::Fused, &target).plan.groups.iter().filter(|g| g.kind == GroupKind::FlashAttention).count();
+            let flash = unit
+                .variant(Variant::Fused, &target)
+                .plan
+                .groups
+                .iter()
+                .filter(|g| g.kind == GroupKind::FlashAttention)
+                .count();
             let attention_layers = ["seed_layer", "bert_layer", "llama_block"];
-            let horizontal = unit.variant(Variant::Fused, &target).plan.groups.iter().filter(|g| g.kind == GroupKind::Horizontal).count();
-            if rules.contains(Rule::QkvHorizontal) && level == 3 && attention_layers.contains(&name.as_str()) {
-                assert!(horizontal >= 1, "{name}: q, k and v projections launched together at {label}");
+            let horizontal = unit
+                .variant(Variant::Fused, &target)
+                .plan
+                .groups
+                .iter()
+                .filter(|g| g.kind == GroupKind::Horizontal)
+                .count();
+            if rules.contains(Rule::QkvHorizontal)
+                && level == 3
+                && attention_layers.contains(&name.as_str())
+            {
+                assert!(
+                    horizontal >= 1,
+                    "{name}: q, k and v projections launched together at {label}"
+                );
             } else {
                 assert_eq!(horizontal, 0, "{name}: qkv_horizontal is opt-in ({label})");
             }
             // With the default host figures (5 us launches) one launch per layer always pays.
-            assert_eq!(m.meta().pipeline, level == 3 && rules.contains(Rule::Pipeline), "{name}: pipeline at {label}");
-            if level == 3 && rules.contains(Rule::FlashAttention) && rules.contains(Rule::LinearEpilogue) && attention_layers.contains(&name.as_str()) {
+            assert_eq!(
+                m.meta().pipeline,
+                level == 3 && rules.contains(Rule::Pipeline),
+                "{name}: pipeline at {label}"
+            );
+            if level == 3
+                && rules.contains(Rule::FlashAttention)
+                && rules.contains(Rule::LinearEpilogue)
+                && attention_layers.contains(&name.as_str())
+            {
                 assert_eq!(flash, 1, "{name}: one flash-attention kernel at {label}");
             } else if level < 3 || !rules.contains(Rule::FlashAttention) {
                 assert_eq!(flash, 0, "{name}: no flash attention at {label}");
@@ -81,7 +110,10 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
         let ops = autofusion_compiler::report::kernel_ops(&g);
         assert_eq!(kernel_counts[0].1, ops, "{name}: opt_level 0 runs one kernel per op");
         assert!(kernel_counts[1].1 < ops, "{name}: opt_level 1 fuses something: {kernel_counts:?}");
-        assert!(kernel_counts[2].1 <= kernel_counts[1].1, "{name}: opt_level 2 fuses at least as much as 1: {kernel_counts:?}");
+        assert!(
+            kernel_counts[2].1 <= kernel_counts[1].1,
+            "{name}: opt_level 2 fuses at least as much as 1: {kernel_counts:?}"
+        );
         let none = kernel_counts.iter().find(|k| k.0.ends_with("rules = none")).unwrap();
         assert_eq!(none.1, ops, "{name}: rules = none fuses nothing");
     }
@@ -99,7 +131,11 @@ fn random_graphs_match_the_reference() {
             let refs: Vec<&Tensor> = ins.iter().collect();
             let want = m.reference(&refs).unwrap();
             let got = m.run(&refs).unwrap();
-            common::assert_close(&format!("random graph {seed} at opt_level {level}, S = {s}:\n{src}"), &got, &want);
+            common::assert_close(
+                &format!("random graph {seed} at opt_level {level}, S = {s}:\n{src}"),
+                &got,
+                &want,
+            );
         }
     }
 }
@@ -110,9 +146,11 @@ fn random_graphs_match_the_reference() {
 #[test]
 fn packed_weights_follow_the_tensors_passed() {
     // A module of its own (the counters would see other tests' calls on a shared one).
-    let (_, item, opts) = common::layer_graphs().into_iter().find(|(n, ..)| n == "ffn_f16").unwrap();
+    let (_, item, opts) =
+        common::layer_graphs().into_iter().find(|(n, ..)| n == "ffn_f16").unwrap();
     let unit = Unit::with_options(opts, &item).unwrap();
-    let m = autofusion_runtime::jit::load(&unit, Variant::Fused, &Target::host(), &dir(), &[]).unwrap();
+    let m =
+        autofusion_runtime::jit::load(&unit, Variant::Fused, &Target::host(), &dir(), &[]).unwrap();
     let p = m.packed_operands();
     assert!(p >= 2, "w1 and w2 are packed ahead ({p} packed operands)");
     let g = m.graph().clone();
@@ -125,7 +163,11 @@ fn packed_weights_follow_the_tensors_passed() {
     let x13 = common::inputs(&g, &[13], 2).swap_remove(0);
     let mut same: Vec<&Tensor> = a.iter().collect();
     same[0] = &x13;
-    common::assert_close("same weights, S = 13", &m.run(&same).unwrap(), &m.reference(&same).unwrap());
+    common::assert_close(
+        "same weights, S = 13",
+        &m.run(&same).unwrap(),
+        &m.reference(&same).unwrap(),
+    );
     let clones: Vec<Tensor> = a.iter().cloned().collect();
     let cl: Vec<&Tensor> = clones.iter().collect();
     common::assert_close("cloned weights", &m.run(&cl).unwrap(), &m.reference(&cl).unwrap());
@@ -133,7 +175,11 @@ fn packed_weights_follow_the_tensors_passed() {
     // New weights of the same shapes: packed again, and the result follows them.
     let b = common::inputs(&g, &[7], 3);
     let refs_b: Vec<&Tensor> = b.iter().collect();
-    common::assert_close("second weights", &m.run(&refs_b).unwrap(), &m.reference(&refs_b).unwrap());
+    common::assert_close(
+        "second weights",
+        &m.run(&refs_b).unwrap(),
+        &m.reference(&refs_b).unwrap(),
+    );
     assert_eq!(m.packs_done() - before, 2 * p);
     assert!(m.packed_bytes() > 0);
 }

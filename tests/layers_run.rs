@@ -12,13 +12,21 @@ const SHAPES: [i64; 4] = [1, 7, 100, 513];
 #[test]
 fn bert_layer_matches_reference() {
     common::check_module("bert_layer", layers::bert_layer::module().unwrap(), &SHAPES);
-    common::check_module("bert_layer unfused", layers::bert_layer::unfused_module().unwrap(), &SHAPES);
+    common::check_module(
+        "bert_layer unfused",
+        layers::bert_layer::unfused_module().unwrap(),
+        &SHAPES,
+    );
 }
 
 #[test]
 fn llama_block_matches_reference() {
     common::check_module("llama_block", layers::llama_block::module().unwrap(), &SHAPES);
-    common::check_module("llama_block unfused", layers::llama_block::unfused_module().unwrap(), &SHAPES);
+    common::check_module(
+        "llama_block unfused",
+        layers::llama_block::unfused_module().unwrap(),
+        &SHAPES,
+    );
 }
 
 #[test]
@@ -53,8 +61,19 @@ fn shape_errors_name_the_parameter_and_both_shapes() {
     // w1 must be [64, 160].
     let bad = Tensor::zeros(DType::F16, &[64, 161]);
     let e = layers::ffn_f16(&ins[0], &ins[1], &ins[2], &bad, &ins[4], &ins[5]).unwrap_err();
-    assert_eq!(e, Error::Shape { graph: "ffn_f16".into(), param: "w1".into(), expected: "[64, 160] with S = 4".into(), got: vec![64, 161] });
-    assert_eq!(e.to_string(), "`ffn_f16`: parameter `w1` has shape [64, 161], expected [64, 160] with S = 4");
+    assert_eq!(
+        e,
+        Error::Shape {
+            graph: "ffn_f16".into(),
+            param: "w1".into(),
+            expected: "[64, 160] with S = 4".into(),
+            got: vec![64, 161]
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "`ffn_f16`: parameter `w1` has shape [64, 161], expected [64, 160] with S = 4"
+    );
     // Rank.
     let bad = Tensor::zeros(DType::F16, &[4, 64, 1]);
     let e = layers::ffn_f16(&bad, &ins[1], &ins[2], &ins[3], &ins[4], &ins[5]).unwrap_err();
@@ -75,7 +94,10 @@ fn dtype_and_dim_conflicts_are_errors() {
     let mut args: Vec<&Tensor> = ins.iter().collect();
     args[1] = &mask7;
     let e = layers::bert_layer::module().unwrap().run(&args).unwrap_err();
-    assert_eq!(e.to_string(), "`bert_layer`: dim `S` is 6 from parameter `x` but 7 from parameter `mask`");
+    assert_eq!(
+        e.to_string(),
+        "`bert_layer`: dim `S` is 6 from parameter `x` but 7 from parameter `mask`"
+    );
     let e = layers::bert_layer::module().unwrap().run(&args[..3]).unwrap_err();
     assert_eq!(e.to_string(), "`bert_layer` takes 18 inputs, got 3");
 }

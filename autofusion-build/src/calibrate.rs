@@ -21,8 +21,10 @@ pub fn profile(out_dir: &Path) -> Result<(Target, String), String> {
             return Ok((t, format!("profile `{v}` (AUTOFUSION_PROFILE)")));
         }
         println!("cargo:rerun-if-changed={v}");
-        let text = std::fs::read_to_string(&v).map_err(|e| format!("AUTOFUSION_PROFILE={v}: cannot read it: {e}"))?;
-        let t: Target = serde_json::from_str(&text).map_err(|e| format!("AUTOFUSION_PROFILE={v}: not a target profile: {e}"))?;
+        let text = std::fs::read_to_string(&v)
+            .map_err(|e| format!("AUTOFUSION_PROFILE={v}: cannot read it: {e}"))?;
+        let t: Target = serde_json::from_str(&text)
+            .map_err(|e| format!("AUTOFUSION_PROFILE={v}: not a target profile: {e}"))?;
         return Ok((t, format!("pinned profile {v}")));
     }
     let cache = target_dir(out_dir).join(autofusion_compiler::target::HOST_PROFILE_CACHE);
@@ -49,9 +51,16 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let src = dir.join("calib.c");
     let exe = dir.join("calib");
-    let code = format!("#define _POSIX_C_SOURCE 200809L\n{}\n{CALIB_C}", autofusion_compiler::codegen::c::PRELUDE);
+    let code = format!(
+        "#define _POSIX_C_SOURCE 200809L\n{}\n{CALIB_C}",
+        autofusion_compiler::codegen::c::PRELUDE
+    );
     std::fs::write(&src, code).map_err(|e| e.to_string())?;
-    let compiler = cc::Build::new().opt_level(3).cargo_metadata(false).try_get_compiler().map_err(|e| e.to_string())?;
+    let compiler = cc::Build::new()
+        .opt_level(3)
+        .cargo_metadata(false)
+        .try_get_compiler()
+        .map_err(|e| e.to_string())?;
     let out = compiler
         .to_command()
         .args(autofusion_compiler::codegen::c::CFLAGS)
@@ -77,8 +86,10 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
             }
             std::thread::sleep(std::time::Duration::from_millis(1500));
         }
-        let out = Command::new(&exe).arg(host.cores.to_string()).output().map_err(|e| e.to_string())?;
-        let j: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("calibration output: {e}"))?;
+        let out =
+            Command::new(&exe).arg(host.cores.to_string()).output().map_err(|e| e.to_string())?;
+        let j: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| format!("calibration output: {e}"))?;
         best = Some(match best {
             None => j,
             Some(mut b) => {

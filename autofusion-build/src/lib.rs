@@ -101,7 +101,10 @@ fn write_if_changed(path: &Path, content: &str) -> std::io::Result<()> {
 
 /// `dot -Tsvg` when Graphviz is installed and the SVG is older than its DOT file.
 fn render_svg(dot: &Path, svg: &Path) {
-    let newer = |a: &Path, b: &Path| match (a.metadata().and_then(|m| m.modified()), b.metadata().and_then(|m| m.modified())) {
+    let newer = |a: &Path, b: &Path| match (
+        a.metadata().and_then(|m| m.modified()),
+        b.metadata().and_then(|m| m.modified()),
+    ) {
         (Ok(x), Ok(y)) => x > y,
         _ => true,
     };
@@ -172,7 +175,10 @@ impl Builder {
     /// Build and return the structured result (for tools and tests).
     pub fn try_compile(&mut self, lib: &str) -> Result<Output, Error> {
         println!("cargo:rerun-if-env-changed=AUTOFUSION_VERBOSE");
-        let verbose = self.options.verbose.unwrap_or_else(|| std::env::var("AUTOFUSION_VERBOSE").is_ok_and(|v| v == "1"));
+        let verbose = self
+            .options
+            .verbose
+            .unwrap_or_else(|| std::env::var("AUTOFUSION_VERBOSE").is_ok_and(|v| v == "1"));
         let out_dir = match &self.options.out_dir {
             Some(d) => d.clone(),
             None => PathBuf::from(std::env::var("OUT_DIR").map_err(|_| Error {
@@ -194,7 +200,11 @@ impl Builder {
             Some(a) => a,
             None => std::env::var_os("CARGO_FEATURE_ASCEND").is_some(),
         };
-        let toolkit = if ascend { Some(toolkit::Toolkit::find().map_err(|e| Error { rendered: format!("error: {e}") })?) } else { None };
+        let toolkit = if ascend {
+            Some(toolkit::Toolkit::find().map_err(|e| Error { rendered: format!("error: {e}") })?)
+        } else {
+            None
+        };
         let mut graphs: Vec<GraphOutput> = Vec::new();
         let mut errors = String::new();
         let mut asc_files: Vec<(PathBuf, bool)> = Vec::new();
@@ -239,8 +249,12 @@ impl Builder {
                 }
                 seen.push((name.clone(), format!("{shown}:{}", f.sig.ident.span().start().line)));
                 let dir = root.join(&name);
-                std::fs::create_dir_all(&dir).map_err(|e| Error { rendered: format!("error: cannot create {}: {e}", dir.display()) })?;
-                let io = |e: std::io::Error| Error { rendered: format!("error: cannot write into {}: {e}", dir.display()) };
+                std::fs::create_dir_all(&dir).map_err(|e| Error {
+                    rendered: format!("error: cannot create {}: {e}", dir.display()),
+                })?;
+                let io = |e: std::io::Error| Error {
+                    rendered: format!("error: cannot write into {}: {e}", dir.display()),
+                };
                 let fused = unit.variant(Variant::Fused, &target);
                 let unfused = unit.variant(Variant::Unfused, &target);
                 let debug = unit.lowered.options.debug;
@@ -268,10 +282,23 @@ impl Builder {
                     }
                 }
                 let summary = report::summary(&unit.graph, &fused.plan, &files[..1]);
-                write_if_changed(&dir.join("plan.json"), &report::plan_json(&unit.graph, &fused.plan)).map_err(io)?;
-                write_if_changed(&dir.join("report.md"), &report::report_md(&unit.graph, &fused.plan, &summary)).map_err(io)?;
-                write_if_changed(&dir.join("before.dot"), &report::dot(&unit.graph, None)).map_err(io)?;
-                write_if_changed(&dir.join("after.dot"), &report::dot(&unit.graph, Some(&fused.plan))).map_err(io)?;
+                write_if_changed(
+                    &dir.join("plan.json"),
+                    &report::plan_json(&unit.graph, &fused.plan),
+                )
+                .map_err(io)?;
+                write_if_changed(
+                    &dir.join("report.md"),
+                    &report::report_md(&unit.graph, &fused.plan, &summary),
+                )
+                .map_err(io)?;
+                write_if_changed(&dir.join("before.dot"), &report::dot(&unit.graph, None))
+                    .map_err(io)?;
+                write_if_changed(
+                    &dir.join("after.dot"),
+                    &report::dot(&unit.graph, Some(&fused.plan)),
+                )
+                .map_err(io)?;
                 for name in ["before", "after"] {
                     render_svg(&dir.join(format!("{name}.dot")), &dir.join(format!("{name}.svg")));
                 }
@@ -291,7 +318,8 @@ impl Builder {
             return Err(Error { rendered: errors.trim_end().to_string() });
         }
         for debug in [false, true] {
-            let srcs: Vec<&PathBuf> = c_files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
+            let srcs: Vec<&PathBuf> =
+                c_files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
             if srcs.is_empty() {
                 continue;
             }
@@ -312,7 +340,9 @@ impl Builder {
                 h(&mut b);
             }
             let name = if debug { format!("{lib}_debug") } else { lib.to_string() };
-            b.try_compile(&name).map_err(|e| Error { rendered: format!("error: compiling the generated kernels failed: {e}") })?;
+            b.try_compile(&name).map_err(|e| Error {
+                rendered: format!("error: compiling the generated kernels failed: {e}"),
+            })?;
         }
         if let Some(tk) = &toolkit {
             self.compile_ascend(tk, lib, &out_dir, &asc_files)?;
@@ -323,15 +353,29 @@ impl Builder {
     /// `cc` drives bisheng to compile every `.asc`, bisheng makes the static library (doc
     /// §5.5: the library must come from bisheng so the device code stays registered), and
     /// cargo is told to link it with AscendCL and the runtime libraries the toolkit has.
-    fn compile_ascend(&self, tk: &toolkit::Toolkit, lib: &str, out_dir: &Path, files: &[(PathBuf, bool)]) -> Result<(), Error> {
-        let fail = |e: String| Error { rendered: format!("error: compiling the generated Ascend C failed: {e}") };
+    fn compile_ascend(
+        &self,
+        tk: &toolkit::Toolkit,
+        lib: &str,
+        out_dir: &Path,
+        files: &[(PathBuf, bool)],
+    ) -> Result<(), Error> {
+        let fail = |e: String| Error {
+            rendered: format!("error: compiling the generated Ascend C failed: {e}"),
+        };
         for debug in [false, true] {
-            let srcs: Vec<&PathBuf> = files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
+            let srcs: Vec<&PathBuf> =
+                files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
             if srcs.is_empty() {
                 continue;
             }
             let mut b = cc::Build::new();
-            b.compiler(&tk.bisheng).cpp(true).cpp_link_stdlib(None).warnings(false).debug(debug).opt_level(if debug { 0 } else { 2 });
+            b.compiler(&tk.bisheng)
+                .cpp(true)
+                .cpp_link_stdlib(None)
+                .warnings(false)
+                .debug(debug)
+                .opt_level(if debug { 0 } else { 2 });
             for f in tk.compile_flags(debug) {
                 b.flag(&f);
             }

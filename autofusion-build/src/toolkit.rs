@@ -43,8 +43,20 @@ pub struct Toolkit {
 
 /// SoCs of arch 2201 (Atlas A2 training/inference series and A3), per the toolkit's
 /// `host_config.cmake` (doc §5.4).
-const SOCS_2201: &[&str] =
-    &["Ascend910B1", "Ascend910B2", "Ascend910B2C", "Ascend910B3", "Ascend910B4", "Ascend910B4-1", "Ascend910_9391", "Ascend910_9381", "Ascend910_9372", "Ascend910_9392", "Ascend910_9382", "Ascend910_9362"];
+const SOCS_2201: &[&str] = &[
+    "Ascend910B1",
+    "Ascend910B2",
+    "Ascend910B2C",
+    "Ascend910B3",
+    "Ascend910B4",
+    "Ascend910B4-1",
+    "Ascend910_9391",
+    "Ascend910_9381",
+    "Ascend910_9372",
+    "Ascend910_9392",
+    "Ascend910_9382",
+    "Ascend910_9362",
+];
 
 fn env(name: &str, announce: bool) -> Option<String> {
     if announce {
@@ -83,7 +95,14 @@ fn probe(root: &Path, found_by: &str, soc: &str, arch: &'static str) -> Result<T
     } else {
         return Err("neither asc/include/basic_api (new flow) nor compiler/tikcpp/tikcfw (legacy flow) exists".into());
     };
-    Ok(Toolkit { root: root.to_path_buf(), found_by: found_by.into(), bisheng, flow, soc: soc.into(), arch })
+    Ok(Toolkit {
+        root: root.to_path_buf(),
+        found_by: found_by.into(),
+        bisheng,
+        flow,
+        soc: soc.into(),
+        arch,
+    })
 }
 
 impl Toolkit {
@@ -150,8 +169,15 @@ impl Toolkit {
             Flow::New => vec!["-x".into(), "asc".into(), format!("--npu-arch={}", self.arch)],
             Flow::Legacy => {
                 let t = self.root.join("compiler/tikcpp");
-                let mut v: Vec<String> = vec!["-x".into(), "cce".into(), "--cce-aicore-arch=dav-c220".into(), "-std=c++17".into()];
-                for p in [t.clone(), t.join("tikcfw"), t.join("tikcfw/impl"), t.join("tikcfw/interface")] {
+                let mut v: Vec<String> = vec![
+                    "-x".into(),
+                    "cce".into(),
+                    "--cce-aicore-arch=dav-c220".into(),
+                    "-std=c++17".into(),
+                ];
+                for p in
+                    [t.clone(), t.join("tikcfw"), t.join("tikcfw/impl"), t.join("tikcfw/interface")]
+                {
                     v.push(format!("-I{}", p.display()));
                 }
                 v
@@ -172,7 +198,9 @@ impl Toolkit {
     pub fn static_lib_args(&self, objects: &[PathBuf], out: &Path) -> Vec<String> {
         let mut a: Vec<String> = match self.flow {
             Flow::New => vec!["-lib".into(), format!("--npu-arch={}", self.arch)],
-            Flow::Legacy => vec!["--cce-fatobj-link".into(), "-fPIC".into(), "--cce-build-static-lib".into()],
+            Flow::Legacy => {
+                vec!["--cce-fatobj-link".into(), "-fPIC".into(), "--cce-build-static-lib".into()]
+            }
         };
         a.extend(objects.iter().map(|o| o.display().to_string()));
         a.extend(["-o".into(), out.display().to_string()]);
@@ -187,7 +215,12 @@ impl Toolkit {
             a.push("--cce-fatobj-link".into());
         }
         a.extend(sources.iter().map(|o| o.display().to_string()));
-        a.extend(["-o".into(), out.display().to_string(), format!("-L{}", self.lib_dir().display()), "-lascendcl".into()]);
+        a.extend([
+            "-o".into(),
+            out.display().to_string(),
+            format!("-L{}", self.lib_dir().display()),
+            "-lascendcl".into(),
+        ]);
         a
     }
 
@@ -199,7 +232,17 @@ impl Toolkit {
         if lib.join("libascendc_runtime.a").is_file() {
             v.push(("ascendc_runtime".into(), true));
         }
-        for l in ["runtime", "profapi", "unified_dlog", "mmpa", "ascend_dump", "c_sec", "error_manager", "register", "ge_common_base"] {
+        for l in [
+            "runtime",
+            "profapi",
+            "unified_dlog",
+            "mmpa",
+            "ascend_dump",
+            "c_sec",
+            "error_manager",
+            "register",
+            "ge_common_base",
+        ] {
             if lib.join(format!("lib{l}.so")).is_file() {
                 v.push((l.into(), false));
             }
@@ -211,7 +254,10 @@ impl Toolkit {
 
     /// Run bisheng with `args`; Err carries the command and its output.
     pub fn run(&self, args: &[String]) -> Result<(), String> {
-        let out = Command::new(&self.bisheng).args(args).output().map_err(|e| format!("cannot run {}: {e}", self.bisheng.display()))?;
+        let out = Command::new(&self.bisheng)
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", self.bisheng.display()))?;
         if out.status.success() {
             Ok(())
         } else {
@@ -236,7 +282,12 @@ mod tests {
         let bin = if new { "tools/bisheng_compiler/bin" } else { "compiler/ccec_compiler/bin" };
         std::fs::create_dir_all(root.join(bin)).unwrap();
         std::fs::write(root.join(bin).join("bisheng"), "").unwrap();
-        std::fs::create_dir_all(root.join(if new { "asc/include/basic_api" } else { "compiler/tikcpp/tikcfw" })).unwrap();
+        std::fs::create_dir_all(root.join(if new {
+            "asc/include/basic_api"
+        } else {
+            "compiler/tikcpp/tikcfw"
+        }))
+        .unwrap();
     }
 
     fn tmp(name: &str) -> PathBuf {
@@ -270,17 +321,34 @@ mod tests {
         .unwrap();
         assert_eq!((t.flow, t.soc.as_str()), (Flow::Legacy, "Ascend910B4"));
         let f = t.compile_flags(false);
-        assert!(f.contains(&"--cce-aicore-arch=dav-c220".to_string()) && f.iter().any(|x| x.ends_with("tikcpp/tikcfw/impl")), "{f:?}");
-        assert!(t.static_lib_args(&[], Path::new("x.a")).contains(&"--cce-fatobj-link".to_string()));
+        assert!(
+            f.contains(&"--cce-aicore-arch=dav-c220".to_string())
+                && f.iter().any(|x| x.ends_with("tikcpp/tikcfw/impl")),
+            "{f:?}"
+        );
+        assert!(t
+            .static_lib_args(&[], Path::new("x.a"))
+            .contains(&"--cce-fatobj-link".to_string()));
     }
 
     #[test]
     fn none_found_lists_every_place_and_the_fix() {
-        let e = Toolkit::find_with(&|n| (n == "HOME").then(|| "/nonexistent-home".to_string())).unwrap_err();
-        for want in ["$ASCEND_HOME_PATH and $ASCEND_TOOLKIT_HOME: not set", "/usr/local/Ascend/cann", "/usr/local/Ascend/ascend-toolkit/latest", "/nonexistent-home/Ascend/cann", "set_env.sh", "ascend-sim"] {
+        let e = Toolkit::find_with(&|n| (n == "HOME").then(|| "/nonexistent-home".to_string()))
+            .unwrap_err();
+        for want in [
+            "$ASCEND_HOME_PATH and $ASCEND_TOOLKIT_HOME: not set",
+            "/usr/local/Ascend/cann",
+            "/usr/local/Ascend/ascend-toolkit/latest",
+            "/nonexistent-home/Ascend/cann",
+            "set_env.sh",
+            "ascend-sim",
+        ] {
             assert!(e.contains(want), "missing `{want}` in:\n{e}");
         }
-        let e = Toolkit::find_with(&|n| (n == "AUTOFUSION_ASCEND_SOC").then(|| "Ascend310P3".to_string())).unwrap_err();
+        let e = Toolkit::find_with(&|n| {
+            (n == "AUTOFUSION_ASCEND_SOC").then(|| "Ascend310P3".to_string())
+        })
+        .unwrap_err();
         assert!(e.contains("Ascend310P3") && e.contains("Ascend910B2"), "{e}");
     }
 }

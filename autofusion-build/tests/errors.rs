@@ -24,22 +24,41 @@ fn fixture(name: &str, src: &str) -> PathBuf {
 #[test]
 fn errors_are_rendered_with_locations() {
     let f = fixture("bad_graph", BAD);
-    let e = autofusion_build::Builder::new().file(&f).out_dir(f.parent().unwrap()).try_compile("x").unwrap_err();
+    let e = autofusion_build::Builder::new()
+        .file(&f)
+        .out_dir(f.parent().unwrap())
+        .try_compile("x")
+        .unwrap_err();
     let shown = f.display().to_string();
-    assert!(e.rendered.contains(&format!("error: bad value for `opt_level`: `9`\n  --> {shown}:3:40")), "{e}");
-    assert!(e.rendered.contains(&format!("error: unknown variable `hiden`\n  --> {shown}:6:10")), "{e}");
+    assert!(
+        e.rendered.contains(&format!("error: bad value for `opt_level`: `9`\n  --> {shown}:3:40")),
+        "{e}"
+    );
+    assert!(
+        e.rendered.contains(&format!("error: unknown variable `hiden`\n  --> {shown}:6:10")),
+        "{e}"
+    );
     assert!(e.rendered.contains("6 |     silu(hiden)\n  |          ^^^^^"), "{e}");
     assert!(e.rendered.contains("= help: a variable with a similar name exists: `hidden`"), "{e}");
 }
 
 #[test]
 fn missing_files_and_duplicate_names_are_errors() {
-    let e = autofusion_build::Builder::new().file("no/such/file.rs").out_dir(env!("CARGO_TARGET_TMPDIR")).try_compile("x").unwrap_err();
+    let e = autofusion_build::Builder::new()
+        .file("no/such/file.rs")
+        .out_dir(env!("CARGO_TARGET_TMPDIR"))
+        .try_compile("x")
+        .unwrap_err();
     assert!(e.rendered.starts_with("error: cannot read `no/such/file.rs`"), "{e}");
     let g = "#[fused_graph(dims(D = 4))]\nfn twin(x: Tensor<f32, {[S, D]}>) -> Tensor<f32, {[S, D]}> { silu(x) }\n";
     let a = fixture("twin_a", g);
     let b = fixture("twin_b", g);
-    let e = autofusion_build::Builder::new().file(&a).file(&b).out_dir(a.parent().unwrap()).try_compile("x").unwrap_err();
+    let e = autofusion_build::Builder::new()
+        .file(&a)
+        .file(&b)
+        .out_dir(a.parent().unwrap())
+        .try_compile("x")
+        .unwrap_err();
     assert!(e.rendered.contains("two fused graphs are named `twin`"), "{e}");
 }
 
@@ -76,14 +95,21 @@ fn child_compile_verbose() {
         return;
     }
     let f = fixture("verbose_graph", GOOD);
-    let out = autofusion_build::Builder::new().file(&f).out_dir(f.parent().unwrap()).try_compile("verbose_test").unwrap();
+    let out = autofusion_build::Builder::new()
+        .file(&f)
+        .out_dir(f.parent().unwrap())
+        .try_compile("verbose_test")
+        .unwrap();
     assert_eq!(out.graphs.len(), 1);
 }
 
 #[test]
 fn verbose_prints_the_summary_as_cargo_warnings() {
     // cc reads what cargo gives a build script; give the child the same.
-    let vv = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into())).arg("-vV").output().unwrap();
+    let vv = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .arg("-vV")
+        .output()
+        .unwrap();
     let vv = String::from_utf8_lossy(&vv.stdout);
     let host = vv.lines().find_map(|l| l.strip_prefix("host: ")).unwrap().to_string();
     let out = Command::new(std::env::current_exe().unwrap())
@@ -99,7 +125,10 @@ fn verbose_prints_the_summary_as_cargo_warnings() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("cargo:warning=[INFO] Graph `verbose_graph`: found 2 operators"), "{stdout}");
+    assert!(
+        stdout.contains("cargo:warning=[INFO] Graph `verbose_graph`: found 2 operators"),
+        "{stdout}"
+    );
     assert!(stdout.contains("cargo:warning=[INFO] Fused 2 operators into 1 kernels"), "{stdout}");
     assert!(stdout.contains("cargo:rustc-env=AUTOFUSION_GRAPH_VERBOSE_GRAPH="), "{stdout}");
 }

@@ -26,7 +26,8 @@ pub const MR_MAX: i64 = 8;
 pub const NR_MAX: i64 = 32;
 
 /// `af_tiling` fields, all `int64_t`, in order.
-pub const TILING_FIELDS: [&str; 8] = ["block_num", "rows_per_block", "mc", "nc", "kc", "units", "reserved0", "reserved1"];
+pub const TILING_FIELDS: [&str; 8] =
+    ["block_num", "rows_per_block", "mc", "nc", "kc", "units", "reserved0", "reserved1"];
 
 /// The C declarations of the ABI, with layout assertions.
 pub fn c_decls() -> String {
@@ -35,9 +36,13 @@ pub fn c_decls() -> String {
         s += &format!("    int64_t {f};\n");
     }
     s += "} af_tiling;\n";
-    s += &format!("_Static_assert(sizeof(af_tiling) == {}, \"af_tiling size\");\n", TILING_FIELDS.len() * 8);
+    s += &format!(
+        "_Static_assert(sizeof(af_tiling) == {}, \"af_tiling size\");\n",
+        TILING_FIELDS.len() * 8
+    );
     for (i, f) in TILING_FIELDS.iter().enumerate() {
-        s += &format!("_Static_assert(offsetof(af_tiling, {f}) == {}, \"af_tiling.{f}\");\n", i * 8);
+        s +=
+            &format!("_Static_assert(offsetof(af_tiling, {f}) == {}, \"af_tiling.{f}\");\n", i * 8);
     }
     s += "typedef void (*af_kernel_fn)(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch);\n";
     s += "typedef struct af_module {\n    uint32_t abi;\n    uint32_t tiling_size;\n    const char *json;\n    uint64_t json_len;\n    const af_kernel_fn *kernels;\n    uint64_t n_kernels;\n} af_module;\n";
@@ -103,13 +108,35 @@ pub const ASCEND_MAX_DIMS: usize = 8;
 /// `AfTiling` int64 fields of an Ascend kernel, in order (emitted in the generated Ascend C
 /// and mirrored by the runtime): launch size, UB chunk columns, matmul / flash tile sizes and
 /// the user-workspace floats per AIV.
-pub const ASCEND_TILING_FIELDS: [&str; 8] = ["block_num", "chunk", "mc", "nc", "br", "bc", "ws_floats", "reserved"];
+pub const ASCEND_TILING_FIELDS: [&str; 8] =
+    ["block_num", "chunk", "mc", "nc", "br", "bc", "ws_floats", "reserved"];
 
 /// The `TCubeTiling` fields DynamicTiling fills (doc `ADV/矩阵计算/Matmul-Tiling类/TCubeTiling结构体.md`),
 /// carried as int32 by name so the toolkit's own struct layout may differ between versions.
 pub const ASCEND_CUBE_FIELDS: [&str; 23] = [
-    "usedCoreNum", "M", "N", "Ka", "Kb", "singleCoreM", "singleCoreN", "singleCoreK", "baseM", "baseN", "baseK", "depthA1", "depthB1",
-    "stepM", "stepN", "isBias", "transLength", "iterateOrder", "stepKa", "stepKb", "dbL0A", "dbL0B", "dbL0C",
+    "usedCoreNum",
+    "M",
+    "N",
+    "Ka",
+    "Kb",
+    "singleCoreM",
+    "singleCoreN",
+    "singleCoreK",
+    "baseM",
+    "baseN",
+    "baseK",
+    "depthA1",
+    "depthB1",
+    "stepM",
+    "stepN",
+    "isBias",
+    "transLength",
+    "iterateOrder",
+    "stepKa",
+    "stepKb",
+    "dbL0A",
+    "dbL0B",
+    "dbL0C",
 ];
 
 /// Size of `AfTiling`: the int64 fields and two cube field sets (a multiple of 8 bytes).

@@ -14,11 +14,21 @@ struct B {
 }
 
 impl B {
-    fn add(&mut self, op: Op, inputs: Vec<NodeId>, target: Option<(DType, &Vec<DimExpr>)>, part: &str) -> NodeId {
-        let ins: Vec<(&Vec<DimExpr>, DType)> =
-            inputs.iter().map(|i| (&self.nodes[i.idx()].shape, self.nodes[i.idx()].dtype)).collect();
-        let (shape, dtype) = ir::infer(&op, &ins, target).unwrap_or_else(|e| panic!("canon built an ill-typed {}: {}", op.name(), e.msg));
-        let name = if part.is_empty() { self.name.clone() } else { format!("{}.{part}", self.name) };
+    fn add(
+        &mut self,
+        op: Op,
+        inputs: Vec<NodeId>,
+        target: Option<(DType, &Vec<DimExpr>)>,
+        part: &str,
+    ) -> NodeId {
+        let ins: Vec<(&Vec<DimExpr>, DType)> = inputs
+            .iter()
+            .map(|i| (&self.nodes[i.idx()].shape, self.nodes[i.idx()].dtype))
+            .collect();
+        let (shape, dtype) = ir::infer(&op, &ins, target)
+            .unwrap_or_else(|e| panic!("canon built an ill-typed {}: {}", op.name(), e.msg));
+        let name =
+            if part.is_empty() { self.name.clone() } else { format!("{}.{part}", self.name) };
         self.nodes.push(Node { op, inputs, dtype, shape, name, line: self.line });
         NodeId(self.nodes.len() as u32 - 1)
     }
@@ -26,7 +36,14 @@ impl B {
         if let Some(id) = self.consts.get(&(v.to_bits(), d)) {
             return *id;
         }
-        self.nodes.push(Node { op: Op::Const { value: v }, inputs: vec![], dtype: d, shape: vec![], name: format!("{v:?}"), line: 0 });
+        self.nodes.push(Node {
+            op: Op::Const { value: v },
+            inputs: vec![],
+            dtype: d,
+            shape: vec![],
+            name: format!("{v:?}"),
+            line: 0,
+        });
         let id = NodeId(self.nodes.len() as u32 - 1);
         self.consts.insert((v.to_bits(), d), id);
         id
@@ -70,10 +87,20 @@ impl B {
     }
     fn softmax_last(&mut self, x: NodeId, part: &str) -> NodeId {
         let r = self.rank(x);
-        let m = self.add(Op::Reduce { kind: ReduceKind::Max, axis: r - 1 }, vec![x], None, &format!("{part}max"));
+        let m = self.add(
+            Op::Reduce { kind: ReduceKind::Max, axis: r - 1 },
+            vec![x],
+            None,
+            &format!("{part}max"),
+        );
         let xc = self.bin(BinaryOp::Sub, x, m, &format!("{part}shift"));
         let e = self.un(UnaryOp::Exp, xc, &format!("{part}exp"));
-        let s = self.add(Op::Reduce { kind: ReduceKind::Sum, axis: r - 1 }, vec![e], None, &format!("{part}sum"));
+        let s = self.add(
+            Op::Reduce { kind: ReduceKind::Sum, axis: r - 1 },
+            vec![e],
+            None,
+            &format!("{part}sum"),
+        );
         self.bin(BinaryOp::Div, e, s, part.trim_end_matches('.'))
     }
 }
@@ -86,12 +113,14 @@ fn contiguous(nodes: &[Node], id: NodeId) -> bool {
         Op::Transpose { perm } => {
             let src = &nodes[n.inputs[0].idx()].shape;
             // Only axes of extent 1 move.
-            let moved: Vec<usize> = perm.iter().copied().filter(|&a| src[a] != DimExpr::constant(1)).collect();
+            let moved: Vec<usize> =
+                perm.iter().copied().filter(|&a| src[a] != DimExpr::constant(1)).collect();
             moved.windows(2).all(|w| w[0] < w[1]) && contiguous(nodes, n.inputs[0])
         }
         Op::Slice { axis, .. } => {
             let src = &nodes[n.inputs[0].idx()].shape;
-            src[..*axis].iter().all(|d| *d == DimExpr::constant(1)) && contiguous(nodes, n.inputs[0])
+            src[..*axis].iter().all(|d| *d == DimExpr::constant(1))
+                && contiguous(nodes, n.inputs[0])
         }
         _ => true,
     }
@@ -120,10 +149,20 @@ pub fn canonicalize(g: &Graph) -> Graph {
             Op::LayerNorm { eps } => {
                 let (x, gm, bt) = (ins[0], ins[1], ins[2]);
                 let r = b.rank(x);
-                let mean = b.add(Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 }, vec![x], None, "mean");
+                let mean = b.add(
+                    Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 },
+                    vec![x],
+                    None,
+                    "mean",
+                );
                 let xc = b.bin(BinaryOp::Sub, x, mean, "center");
                 let sq = b.bin(BinaryOp::Mul, xc, xc, "sq");
-                let var = b.add(Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 }, vec![sq], None, "var");
+                let var = b.add(
+                    Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 },
+                    vec![sq],
+                    None,
+                    "var",
+                );
                 let e = b.konst(*eps, n.dtype);
                 let ve = b.bin(BinaryOp::Add, var, e, "var_eps");
                 let rstd = b.un(UnaryOp::Rsqrt, ve, "rstd");
@@ -138,7 +177,8 @@ pub fn canonicalize(g: &Graph) -> Graph {
                 let (x, gm) = (ins[0], ins[1]);
                 let r = b.rank(x);
                 let sq = b.bin(BinaryOp::Mul, x, x, "sq");
-                let ms = b.add(Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 }, vec![sq], None, "ms");
+                let ms =
+                    b.add(Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 }, vec![sq], None, "ms");
                 let e = b.konst(*eps, n.dtype);
                 let me = b.bin(BinaryOp::Add, ms, e, "ms_eps");
                 let rr = b.un(UnaryOp::Rsqrt, me, "rrms");
@@ -184,7 +224,12 @@ pub fn canonicalize(g: &Graph) -> Graph {
                 let r = b.rank(x);
                 let d = b.nodes[x.idx()].shape[r - 1].clone();
                 let h = d.div_const(2).unwrap();
-                let x1 = b.add(Op::Slice { axis: r - 1, start: DimExpr::constant(0), end: h.clone() }, vec![x], None, "x1");
+                let x1 = b.add(
+                    Op::Slice { axis: r - 1, start: DimExpr::constant(0), end: h.clone() },
+                    vec![x],
+                    None,
+                    "x1",
+                );
                 let x2 = b.add(Op::Slice { axis: r - 1, start: h, end: d }, vec![x], None, "x2");
                 let nx2 = b.un(UnaryOp::Neg, x2, "neg_x2");
                 let rot = b.add(Op::Concat { axis: r - 1 }, vec![nx2, x1], None, "rotated");
@@ -209,7 +254,10 @@ pub fn canonicalize(g: &Graph) -> Graph {
     for o in &g.outputs {
         let mut id = map[o.idx()];
         let n = &b.nodes[id.idx()];
-        if n.op.is_view() || matches!(n.op, Op::Param { .. } | Op::Const { .. }) || outputs.contains(&id) {
+        if n.op.is_view()
+            || matches!(n.op, Op::Param { .. } | Op::Const { .. })
+            || outputs.contains(&id)
+        {
             b.name = format!("{}.out", n.name);
             id = b.add(Op::Copy, vec![id], None, "");
         }
@@ -264,7 +312,10 @@ pub fn dce(g: &Graph) -> Graph {
     for id in g.ids() {
         if live[id.idx()] {
             let n = g.node(id);
-            nodes.push(Node { inputs: n.inputs.iter().map(|i| map[i.idx()]).collect(), ..n.clone() });
+            nodes.push(Node {
+                inputs: n.inputs.iter().map(|i| map[i.idx()]).collect(),
+                ..n.clone()
+            });
             map[id.idx()] = NodeId(nodes.len() as u32 - 1);
         }
     }

@@ -60,8 +60,15 @@ fn op_weight(op: &Op) -> f64 {
 fn transcendental(op: &Op) -> bool {
     matches!(
         op,
-        Op::Unary(UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Silu | UnaryOp::Gelu | UnaryOp::GeluTanh)
-            | Op::Binary(crate::ir::BinaryOp::Pow)
+        Op::Unary(
+            UnaryOp::Exp
+                | UnaryOp::Log
+                | UnaryOp::Tanh
+                | UnaryOp::Sigmoid
+                | UnaryOp::Silu
+                | UnaryOp::Gelu
+                | UnaryOp::GeluTanh
+        ) | Op::Binary(crate::ir::BinaryOp::Pow)
     )
 }
 
@@ -121,12 +128,34 @@ impl Ctx<'_> {
     /// Execution time from bytes (off-chip, of which `cached` stay in the LLC between kernels;
     /// plus LLC re-reads), flops, transcendental evaluations and packing (`pack_us`).
     #[allow(clippy::too_many_arguments)]
-    fn exec_us(&self, (bytes, llc): (f64, f64), cached: f64, mm_flops: f64, vec_flops: f64, trans: f64, pack_us: f64, mm_eff: f64, tiles: f64, cores: u32) -> (f64, f64, f64, f64) {
-        let llc_bw = if self.t.llc_bandwidth_bytes_per_us > 0.0 { self.t.llc_bandwidth_bytes_per_us } else { self.t.bandwidth_bytes_per_us };
+    fn exec_us(
+        &self,
+        (bytes, llc): (f64, f64),
+        cached: f64,
+        mm_flops: f64,
+        vec_flops: f64,
+        trans: f64,
+        pack_us: f64,
+        mm_eff: f64,
+        tiles: f64,
+        cores: u32,
+    ) -> (f64, f64, f64, f64) {
+        let llc_bw = if self.t.llc_bandwidth_bytes_per_us > 0.0 {
+            self.t.llc_bandwidth_bytes_per_us
+        } else {
+            self.t.bandwidth_bytes_per_us
+        };
         let cached = cached.min(bytes);
         let mem = (bytes - cached) / self.t.bandwidth_bytes_per_us + (llc + cached) / llc_bw;
-        let trans_rate = if self.t.transcendental_per_us > 0.0 { self.t.transcendental_per_us } else { self.t.vector_flops_per_us / 8.0 };
-        let comp = mm_flops / (self.t.matmul_flops_per_us * mm_eff.max(1e-3)) + vec_flops / self.t.vector_flops_per_us + trans / trans_rate + pack_us;
+        let trans_rate = if self.t.transcendental_per_us > 0.0 {
+            self.t.transcendental_per_us
+        } else {
+            self.t.vector_flops_per_us / 8.0
+        };
+        let comp = mm_flops / (self.t.matmul_flops_per_us * mm_eff.max(1e-3))
+            + vec_flops / self.t.vector_flops_per_us
+            + trans / trans_rate
+            + pack_us;
         let c = cores.max(1) as f64;
         let tiles = tiles.max(1.0);
         let wave = tiles / (c * (tiles / c).ceil());
@@ -136,7 +165,12 @@ impl Ctx<'_> {
 }
 
 /// External values a kernel reads (the value read, possibly a view), and its written members.
-fn boundary(g: &Graph, members: &BTreeSet<NodeId>, users: &[Vec<NodeId>], outputs: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
+fn boundary(
+    g: &Graph,
+    members: &BTreeSet<NodeId>,
+    users: &[Vec<NodeId>],
+    outputs: &[NodeId],
+) -> (Vec<NodeId>, Vec<NodeId>) {
     let mut ins = BTreeSet::new();
     for m in members {
         for i in &g.node(*m).inputs {
@@ -148,7 +182,11 @@ fn boundary(g: &Graph, members: &BTreeSet<NodeId>, users: &[Vec<NodeId>], output
     let outs = members
         .iter()
         .copied()
-        .filter(|m| g.outputs.contains(m) || outputs.contains(m) || users[m.idx()].iter().any(|u| !members.contains(u)))
+        .filter(|m| {
+            g.outputs.contains(m)
+                || outputs.contains(m)
+                || users[m.idx()].iter().any(|u| !members.contains(u))
+        })
         .collect();
     (ins.into_iter().collect(), outs)
 }
@@ -210,8 +248,13 @@ pub fn kernel_cost(
     io.extend(outs.iter().copied());
     let cached = cx.cached(&io);
     // The host runtime runs small work inline, without a launch.
-    let work_elems: f64 = members.iter().map(|m| cx.n(&numel(&iter_shape(g, *m)))).fold(0.0, f64::max);
-    let launch = if work_elems < target.inline_below_elems as f64 { target.launch_us.min(0.2) } else { target.launch_us };
+    let work_elems: f64 =
+        members.iter().map(|m| cx.n(&numel(&iter_shape(g, *m)))).fold(0.0, f64::max);
+    let launch = if work_elems < target.inline_below_elems as f64 {
+        target.launch_us.min(0.2)
+    } else {
+        target.launch_us
+    };
     // ... and as one block on one core (DynamicTiling's thresholds: rows kernels below
     // `inline_below_elems` elements, matmul and attention below 4x that many flops).
     let inline_below = target.inline_below_elems as f64;
@@ -226,15 +269,19 @@ pub fn kernel_cost(
             let space = if kind == GroupKind::Concat {
                 g.node(*members.iter().next().unwrap()).shape.clone()
             } else {
-                space_of(g, &members.iter().copied().collect::<Vec<_>>()).ok_or("members iterate over different shapes")?
+                space_of(g, &members.iter().copied().collect::<Vec<_>>())
+                    .ok_or("members iterate over different shapes")?
             };
             let n = cx.n(space.last().unwrap()).max(1.0);
             let rows = cx.n(&numel(&space[..space.len() - 1].to_vec())).max(1.0);
             let in_bytes: f64 = ins.iter().map(|i| cx.bytes(*i)).sum();
             let bytes = in_bytes + out_bytes;
             // Streams per row (inputs and outputs at full width) and values kept across phases.
-            let full = |id: NodeId| cx.n(g.node(id).shape.last().unwrap_or(&DimExpr::constant(1))) >= n && n > 1.0;
-            let streams = ins.iter().filter(|i| full(**i)).count() + outs.iter().filter(|o| full(**o)).count();
+            let full = |id: NodeId| {
+                cx.n(g.node(id).shape.last().unwrap_or(&DimExpr::constant(1))) >= n && n > 1.0
+            };
+            let streams = ins.iter().filter(|i| full(**i)).count()
+                + outs.iter().filter(|o| full(**o)).count();
             let kept = members.iter().filter(|m| full(**m) && g.node(**m).shape == space).count();
             let db = if target.double_buffer { 2.0 } else { 1.0 };
             let mut r = 1.0;
@@ -243,13 +290,33 @@ pub fn kernel_cost(
                 let per_row = (streams as f64 * db + kept as f64) * n * 4.0;
                 let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
                 // On the host a block streams one row at a time; on Ascend a tile holds r rows.
-                let onchip = if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
+                let onchip =
+                    if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
                 let use_ = vec![(mem_name.to_string(), onchip)];
                 // Later passes over a row (after a reduction) re-read it from L1 on the host:
                 // not charged (measured: charging them at the in-cache bandwidth made fused
                 // norms look slower than their parts, which they are not).
-                let (exec, mem, comp, wave) = cx.exec_us((bytes, 0.0), cached, 0.0, vec_flops, trans, 0.0, 1.0, one_block(tiles, None), target.cores);
-                cands.push((exec, mem, comp, wave, (bytes, 0.0), Tiling::Rows { rows_per_tile: r as i64 }, use_.clone(), cx.fits(&use_)));
+                let (exec, mem, comp, wave) = cx.exec_us(
+                    (bytes, 0.0),
+                    cached,
+                    0.0,
+                    vec_flops,
+                    trans,
+                    0.0,
+                    1.0,
+                    one_block(tiles, None),
+                    target.cores,
+                );
+                cands.push((
+                    exec,
+                    mem,
+                    comp,
+                    wave,
+                    (bytes, 0.0),
+                    Tiling::Rows { rows_per_tile: r as i64 },
+                    use_.clone(),
+                    cx.fits(&use_),
+                ));
                 if mem_name != "ub" {
                     break; // the host's choice of r does not change the model
                 }
@@ -276,37 +343,71 @@ pub fn kernel_cost(
                     }
                 }
             }
-            let a_in: Vec<NodeId> = ins.iter().copied().filter(|i| pro.iter().any(|p| g.node(*p).inputs.contains(i)) || *i == an.inputs[0]).collect();
+            let a_in: Vec<NodeId> = ins
+                .iter()
+                .copied()
+                .filter(|i| pro.iter().any(|p| g.node(*p).inputs.contains(i)) || *i == an.inputs[0])
+                .collect();
             let b_in = an.inputs[1];
-            let other: Vec<NodeId> = ins.iter().copied().filter(|i| !a_in.contains(i) && *i != b_in).collect();
+            let other: Vec<NodeId> =
+                ins.iter().copied().filter(|i| !a_in.contains(i) && *i != b_in).collect();
             let a_bytes: f64 = a_in.iter().map(|i| cx.bytes(*i)).sum();
             let b_bytes = cx.bytes(b_in);
             let epi_bytes: f64 = other.iter().map(|i| cx.bytes(*i)).sum();
-            let pro_flops: f64 = pro.iter().map(|p| cx.n(&numel(&g.node(*p).shape)) * op_weight(&g.node(*p).op)).sum();
-            let pro_trans: f64 = pro.iter().filter(|p| transcendental(&g.node(**p).op)).map(|p| cx.n(&numel(&g.node(*p).shape))).sum();
+            let pro_flops: f64 = pro
+                .iter()
+                .map(|p| cx.n(&numel(&g.node(*p).shape)) * op_weight(&g.node(*p).op))
+                .sum();
+            let pro_trans: f64 = pro
+                .iter()
+                .filter(|p| transcendental(&g.node(**p).op))
+                .map(|p| cx.n(&numel(&g.node(*p).shape)))
+                .sum();
             let epi_flops = vec_flops - pro_flops;
             let epi_trans = trans - pro_trans;
             let ob = target.matmul_operand_bytes as f64;
             let db = if target.double_buffer { 2.0 } else { 1.0 };
             let (mcs, ncs, kcs): (Vec<f64>, Vec<f64>, Vec<f64>) = match target.runtime_blocking {
-                Some([mc, nc, kc, _, _]) => (vec![mc as f64], [32.0, 64.0, 128.0, 256.0].into_iter().filter(|x| *x <= nc as f64).collect(), vec![kc as f64]),
-                None => (vec![16.0, 32.0, 64.0, 128.0, 256.0], vec![32.0, 64.0, 128.0, 256.0, 512.0], vec![64.0, 128.0, 256.0, 512.0]),
+                Some([mc, nc, kc, _, _]) => (
+                    vec![mc as f64],
+                    [32.0, 64.0, 128.0, 256.0].into_iter().filter(|x| *x <= nc as f64).collect(),
+                    vec![kc as f64],
+                ),
+                None => (
+                    vec![16.0, 32.0, 64.0, 128.0, 256.0],
+                    vec![32.0, 64.0, 128.0, 256.0, 512.0],
+                    vec![64.0, 128.0, 256.0, 512.0],
+                ),
             };
             // B rows contiguous: packing B is a copy (read at its dtype, written as f32).
-            let b_rows_contiguous = crate::layout::resolve(g, b_in).strides.last().and_then(|s| s.as_const()) == Some(1);
+            let b_rows_contiguous =
+                crate::layout::resolve(g, b_in).strides.last().and_then(|s| s.as_const())
+                    == Some(1);
             // The host template packs a B read from a parameter once per weight tensor (not
             // per call), and reads an f32 A with contiguous rows and no prologue in place.
             let host = target.runtime_blocking.is_some();
-            let b_prepacked = host && matches!(g.node(crate::layout::resolve(g, b_in).base).op, crate::ir::Op::Param { .. });
+            let b_prepacked = host
+                && matches!(
+                    g.node(crate::layout::resolve(g, b_in).base).op,
+                    crate::ir::Op::Param { .. }
+                );
             let a_direct = host
                 && pro.is_empty()
                 && g.node(an.inputs[0]).dtype == crate::ir::DType::F32
-                && crate::layout::resolve(g, an.inputs[0]).strides.last().and_then(|s| s.as_const()) == Some(1);
+                && crate::layout::resolve(g, an.inputs[0])
+                    .strides
+                    .last()
+                    .and_then(|s| s.as_const())
+                    == Some(1);
             let b_copy_bytes = (g.node(b_in).dtype.size() + 4) as f64;
             for &mc in &mcs {
                 for &nc in &ncs {
                     for &kc in &kcs {
-                        let (mc, nc, kc) = (f64::min(mc, m.max(1.0)), f64::min(nc, nn.max(1.0)), f64::min(kc, k.max(1.0)));
+                        let (mc, nc, kc) = (
+                            f64::min(mc, m.max(1.0)),
+                            f64::min(nc, nn.max(1.0)),
+                            f64::min(kc, k.max(1.0)),
+                        );
                         let (mt, nt) = ((m / mc).ceil().max(1.0), (nn / nc).ceil().max(1.0));
                         let (a_hbm, a_llc) = cx.reread(a_bytes, nt);
                         let (b_hbm, b_llc) = cx.reread(b_bytes, mt);
@@ -321,7 +422,10 @@ pub fn kernel_cost(
                                 ("l0a".into(), cx.align(mc * k0 * ob * db)),
                                 ("l0b".into(), cx.align(k0 * nc * ob * db)),
                                 ("l0c".into(), cx.align(mc * nc * 4.0)),
-                                ("ub".into(), cx.align(mc * nc * 4.0 * (1.0 + other.len() as f64) * db)),
+                                (
+                                    "ub".into(),
+                                    cx.align(mc * nc * 4.0 * (1.0 + other.len() as f64) * db),
+                                ),
                             ]
                         } else {
                             vec![("l2".into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
@@ -341,9 +445,28 @@ pub fn kernel_cost(
                         };
                         let pack_a = if a_direct { 0.0 } else { cx.pack_us(batch * m * k * nt) };
                         let pack = pack_a + pack_b;
-                        let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, flops_v, pro_trans * nt + epi_trans, pack, eff, one_block(tiles, Some(mm_flops)), target.matrix_cores);
+                        let (exec, mem, comp, wave) = cx.exec_us(
+                            bytes,
+                            cached,
+                            mm_flops,
+                            flops_v,
+                            pro_trans * nt + epi_trans,
+                            pack,
+                            eff,
+                            one_block(tiles, Some(mm_flops)),
+                            target.matrix_cores,
+                        );
                         let ok = cx.fits(&use_);
-                        cands.push((exec, mem, comp, wave, bytes, Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 }, use_, ok));
+                        cands.push((
+                            exec,
+                            mem,
+                            comp,
+                            wave,
+                            bytes,
+                            Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 },
+                            use_,
+                            ok,
+                        ));
                     }
                 }
             }
@@ -351,7 +474,8 @@ pub fn kernel_cost(
         }
         GroupKind::Horizontal => {
             // One launch running every part's tiles; each part keeps its own best tiling.
-            let parts = crate::plan::horizontal_parts(g, &members.iter().copied().collect::<Vec<_>>());
+            let parts =
+                crate::plan::horizontal_parts(g, &members.iter().copied().collect::<Vec<_>>());
             let mut total: Option<KernelCost> = None;
             for (anchor, part) in parts {
                 let c = kernel_cost(g, users, &part, GroupKind::MatMul, Some(anchor), target, est)?;
@@ -365,7 +489,12 @@ pub fn kernel_cost(
                         bytes: t.bytes + c.bytes,
                         llc_bytes: t.llc_bytes + c.llc_bytes,
                         flops: t.flops + c.flops,
-                        onchip: t.onchip.iter().zip(&c.onchip).map(|(x, y)| (x.0.clone(), x.1.max(y.1))).collect(),
+                        onchip: t
+                            .onchip
+                            .iter()
+                            .zip(&c.onchip)
+                            .map(|(x, y)| (x.0.clone(), x.1.max(y.1)))
+                            .collect(),
                         unconstrained_exec_us: t.unconstrained_exec_us + c.unconstrained_exec_us,
                         ..t
                     },
@@ -386,10 +515,21 @@ pub fn kernel_cost(
             let vec_f = batch * sq * sk * (f.chain.len() as f64 + 4.0);
             let q_bytes = cx.bytes(g.node(f.qk).inputs[0]);
             let kv_bytes = cx.bytes(g.node(f.qk).inputs[1]) + cx.bytes(g.node(f.pv).inputs[1]);
-            let mask_bytes: f64 = ins.iter().filter(|i| **i != g.node(f.qk).inputs[0] && **i != g.node(f.qk).inputs[1] && **i != g.node(f.pv).inputs[1]).map(|i| cx.bytes(*i)).sum();
+            let mask_bytes: f64 = ins
+                .iter()
+                .filter(|i| {
+                    **i != g.node(f.qk).inputs[0]
+                        && **i != g.node(f.qk).inputs[1]
+                        && **i != g.node(f.pv).inputs[1]
+                })
+                .map(|i| cx.bytes(*i))
+                .sum();
             let db = if target.double_buffer { 2.0 } else { 1.0 };
             let (brs, bcs): (Vec<f64>, Vec<f64>) = match target.runtime_blocking {
-                Some([_, _, _, br, bc]) => ([4.0, 8.0, 16.0, 32.0, 64.0].into_iter().filter(|x| *x <= br as f64).collect(), vec![bc as f64]),
+                Some([_, _, _, br, bc]) => (
+                    [4.0, 8.0, 16.0, 32.0, 64.0].into_iter().filter(|x| *x <= br as f64).collect(),
+                    vec![bc as f64],
+                ),
                 None => (vec![16.0, 32.0, 64.0, 128.0], vec![32.0, 64.0, 128.0, 256.0]),
             };
             for &br in &brs {
@@ -399,7 +539,11 @@ pub fn kernel_cost(
                     // K and V of one (batch, head) are read once per unit: on the host a unit
                     // is as many query blocks of a head as leave two units per core (the
                     // runtime's choice), on Ascend one query block.
-                    let kv_reads = if target.runtime_blocking.is_some() { (2.0 * target.cores.max(1) as f64 / batch).ceil().clamp(1.0, qt) } else { qt };
+                    let kv_reads = if target.runtime_blocking.is_some() {
+                        (2.0 * target.cores.max(1) as f64 / batch).ceil().clamp(1.0, qt)
+                    } else {
+                        qt
+                    };
                     let (kv_hbm, kv_llc) = cx.reread(kv_bytes / batch, kv_reads);
                     let bytes = (q_bytes + kv_hbm * batch + mask_bytes + out_bytes, kv_llc * batch);
                     let onchip = (br * d + (bc * d + bc * dv) * db + br * bc + br * dv) * 4.0;
@@ -412,19 +556,59 @@ pub fn kernel_cost(
                     // with contiguous rows) and P are read in place, and V, K with contiguous
                     // rows are copies at the in-cache bandwidth; a transposed K is gathered.
                     let pack = if target.runtime_blocking.is_some() {
-                        let contiguous = |v: NodeId| crate::layout::resolve(g, v).strides.last().and_then(|s| s.as_const()) == Some(1);
-                        let (q, kt, v) = (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
-                        let copy = |v: NodeId, elems: f64| elems * (g.node(v).dtype.size() + 4) as f64 / cx.llc_bw();
-                        let q_us = if g.node(q).dtype == crate::ir::DType::F32 && contiguous(q) { 0.0 } else { cx.pack_us(batch * sq * d) };
-                        let k_us = if contiguous(kt) { copy(kt, batch * kv_reads * sk * d) } else { cx.pack_us(batch * kv_reads * sk * d) };
-                        let v_us = if contiguous(v) { copy(v, batch * kv_reads * sk * dv) } else { cx.pack_us(batch * kv_reads * sk * dv) };
+                        let contiguous = |v: NodeId| {
+                            crate::layout::resolve(g, v).strides.last().and_then(|s| s.as_const())
+                                == Some(1)
+                        };
+                        let (q, kt, v) = (
+                            g.node(f.qk).inputs[0],
+                            g.node(f.qk).inputs[1],
+                            g.node(f.pv).inputs[1],
+                        );
+                        let copy = |v: NodeId, elems: f64| {
+                            elems * (g.node(v).dtype.size() + 4) as f64 / cx.llc_bw()
+                        };
+                        let q_us = if g.node(q).dtype == crate::ir::DType::F32 && contiguous(q) {
+                            0.0
+                        } else {
+                            cx.pack_us(batch * sq * d)
+                        };
+                        let k_us = if contiguous(kt) {
+                            copy(kt, batch * kv_reads * sk * d)
+                        } else {
+                            cx.pack_us(batch * kv_reads * sk * d)
+                        };
+                        let v_us = if contiguous(v) {
+                            copy(v, batch * kv_reads * sk * dv)
+                        } else {
+                            cx.pack_us(batch * kv_reads * sk * dv)
+                        };
                         q_us + k_us + v_us
                     } else {
                         cx.pack_us(batch * (sq * d + kv_reads * sk * (d + dv) + sq * sk))
                     };
-                    let (exec, mem, comp, wave) = cx.exec_us(bytes, cached, mm_flops, vec_f, t_exp, pack, eff, one_block(batch * qt, Some(4.0 * batch * sq * sk * d)), target.matrix_cores);
+                    let (exec, mem, comp, wave) = cx.exec_us(
+                        bytes,
+                        cached,
+                        mm_flops,
+                        vec_f,
+                        t_exp,
+                        pack,
+                        eff,
+                        one_block(batch * qt, Some(4.0 * batch * sq * sk * d)),
+                        target.matrix_cores,
+                    );
                     let ok = cx.fits(&use_);
-                    cands.push((exec, mem, comp, wave, bytes, Tiling::Flash { br: br as i64, bc: bc as i64 }, use_, ok));
+                    cands.push((
+                        exec,
+                        mem,
+                        comp,
+                        wave,
+                        bytes,
+                        Tiling::Flash { br: br as i64, bc: bc as i64 },
+                        use_,
+                        ok,
+                    ));
                 }
             }
             best(cands, launch, mm_flops + vec_f)

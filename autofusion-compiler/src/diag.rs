@@ -53,11 +53,24 @@ impl Diags {
         for d in &self.0 {
             let start = d.span.start();
             let end = d.span.end();
-            out += &format!("error: {}\n  --> {}:{}:{}\n", d.msg, file, start.line, start.column + 1);
+            out +=
+                &format!("error: {}\n  --> {}:{}:{}\n", d.msg, file, start.line, start.column + 1);
             if let Some(l) = lines.get(start.line.wrapping_sub(1)) {
-                let width = if end.line == start.line { end.column.saturating_sub(start.column).max(1) } else { 1 };
+                let width = if end.line == start.line {
+                    end.column.saturating_sub(start.column).max(1)
+                } else {
+                    1
+                };
                 let gutter = start.line.to_string().len();
-                out += &format!("{:gutter$} |\n{} | {}\n{:gutter$} | {}{}\n", "", start.line, l, "", " ".repeat(start.column), "^".repeat(width));
+                out += &format!(
+                    "{:gutter$} |\n{} | {}\n{:gutter$} | {}{}\n",
+                    "",
+                    start.line,
+                    l,
+                    "",
+                    " ".repeat(start.column),
+                    "^".repeat(width)
+                );
             }
             if let Some(h) = &d.help {
                 out += &format!("  = help: {h}\n");

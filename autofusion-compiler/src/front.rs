@@ -24,7 +24,13 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { dims: Vec::new(), hints: Vec::new(), opt_level: 2, rules: RuleSet::all(), debug: false }
+        Options {
+            dims: Vec::new(),
+            hints: Vec::new(),
+            opt_level: 2,
+            rules: RuleSet::all(),
+            debug: false,
+        }
     }
 }
 
@@ -48,7 +54,8 @@ pub struct Lowered {
 pub fn parse_options(attr: TokenStream) -> Result<Options, Diags> {
     let mut opts = Options::default();
     let mut diags = Diags::default();
-    let metas = syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated.parse2(attr)?;
+    let metas =
+        syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated.parse2(attr)?;
     let mut seen: Vec<String> = Vec::new();
     for meta in metas {
         let key = meta.path().get_ident().map(|i| i.to_string()).unwrap_or_default();
@@ -169,13 +176,16 @@ impl<'a> Lower<'a> {
     /// Parse a dim expression; unknown names become dynamic dims when `allow_new`.
     fn dim(&mut self, e: &Expr, allow_new: bool) -> Option<DimExpr> {
         match e {
-            Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => match i.base10_parse::<i64>() {
-                Ok(v) if v >= 0 => Some(DimExpr::constant(v)),
-                _ => {
-                    self.diags.push(Diag::new(i.span(), "a dim must be a non-negative integer"));
-                    None
+            Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => {
+                match i.base10_parse::<i64>() {
+                    Ok(v) if v >= 0 => Some(DimExpr::constant(v)),
+                    _ => {
+                        self.diags
+                            .push(Diag::new(i.span(), "a dim must be a non-negative integer"));
+                        None
+                    }
                 }
-            },
+            }
             Expr::Path(p) if p.path.get_ident().is_some() => {
                 let n = p.path.get_ident().unwrap().to_string();
                 if let Some(v) = self.static_dim(&n) {
@@ -186,10 +196,10 @@ impl<'a> Lower<'a> {
                     self.dyn_dims.push(n.clone());
                     Some(DimExpr::sym(&n))
                 } else {
-                    self.diags.push(
-                        Diag::new(p.span(), format!("unknown dim `{n}`"))
-                            .help("dims are bound in `dims(...)` or appear in a parameter's shape"),
-                    );
+                    self.diags
+                        .push(Diag::new(p.span(), format!("unknown dim `{n}`")).help(
+                            "dims are bound in `dims(...)` or appear in a parameter's shape",
+                        ));
                     None
                 }
             }
@@ -202,21 +212,29 @@ impl<'a> Lower<'a> {
                     syn::BinOp::Mul(_) => Some(l.mul(&r)),
                     syn::BinOp::Add(_) => Some(l.add(&r)),
                     syn::BinOp::Sub(_) => Some(l.sub(&r)),
-                    syn::BinOp::Div(_) => match r.as_const() {
-                        Some(k) if k != 0 => Some(l.div_const(k).unwrap()),
-                        _ => {
-                            self.diags.push(Diag::new(b.right.span(), "a dim can only be divided by a non-zero constant or static dim"));
-                            None
+                    syn::BinOp::Div(_) => {
+                        match r.as_const() {
+                            Some(k) if k != 0 => Some(l.div_const(k).unwrap()),
+                            _ => {
+                                self.diags.push(Diag::new(b.right.span(), "a dim can only be divided by a non-zero constant or static dim"));
+                                None
+                            }
                         }
-                    },
+                    }
                     _ => {
-                        self.diags.push(Diag::new(b.op.span(), "unsupported operator in a dim expression"));
+                        self.diags.push(Diag::new(
+                            b.op.span(),
+                            "unsupported operator in a dim expression",
+                        ));
                         None
                     }
                 }
             }
             _ => {
-                self.diags.push(Diag::new(e.span(), "expected a dim expression (names, integers, `*`, `/`)"));
+                self.diags.push(Diag::new(
+                    e.span(),
+                    "expected a dim expression (names, integers, `*`, `/`)",
+                ));
                 None
             }
         }
@@ -236,7 +254,9 @@ impl<'a> Lower<'a> {
         if seg.ident != "Tensor" {
             return bad(self, ty.span());
         }
-        let syn::PathArguments::AngleBracketed(args) = &seg.arguments else { return bad(self, ty.span()) };
+        let syn::PathArguments::AngleBracketed(args) = &seg.arguments else {
+            return bad(self, ty.span());
+        };
         if args.args.len() != 2 {
             return bad(self, args.span());
         }
@@ -247,14 +267,17 @@ impl<'a> Lower<'a> {
             _ => None,
         };
         let Some(dtype) = dtype else {
-            self.diags.push(Diag::new(args.args[0].span(), "unknown dtype: expected f32, f16 or bf16"));
+            self.diags
+                .push(Diag::new(args.args[0].span(), "unknown dtype: expected f32, f16 or bf16"));
             return None;
         };
         let shape_expr = match &args.args[1] {
-            syn::GenericArgument::Const(Expr::Block(b)) if b.block.stmts.len() == 1 => match &b.block.stmts[0] {
-                Stmt::Expr(Expr::Array(a), None) => Some(a.clone()),
-                _ => None,
-            },
+            syn::GenericArgument::Const(Expr::Block(b)) if b.block.stmts.len() == 1 => {
+                match &b.block.stmts[0] {
+                    Stmt::Expr(Expr::Array(a), None) => Some(a.clone()),
+                    _ => None,
+                }
+            }
             _ => None,
         };
         let Some(arr) = shape_expr else {
@@ -275,9 +298,23 @@ impl<'a> Lower<'a> {
         ok.then_some((dtype, shape))
     }
 
-    fn push(&mut self, op: Op, inputs: Vec<NodeId>, dtype: DType, shape: Shape, span: Span) -> NodeId {
+    fn push(
+        &mut self,
+        op: Op,
+        inputs: Vec<NodeId>,
+        dtype: DType,
+        shape: Shape,
+        span: Span,
+    ) -> NodeId {
         let id = NodeId(self.nodes.len() as u32);
-        self.nodes.push(Node { op, inputs, dtype, shape, name: self.cur_name.clone(), line: line_of(span) });
+        self.nodes.push(Node {
+            op,
+            inputs,
+            dtype,
+            shape,
+            name: self.cur_name.clone(),
+            line: line_of(span),
+        });
         id
     }
 
@@ -287,7 +324,14 @@ impl<'a> Lower<'a> {
     }
 
     /// Emit `op` after inference; an error is spanned on the operand at fault.
-    fn emit(&mut self, op: Op, inputs: Vec<NodeId>, spans: &[Span], whole: Span, target: Option<(DType, &Shape)>) -> Option<NodeId> {
+    fn emit(
+        &mut self,
+        op: Op,
+        inputs: Vec<NodeId>,
+        spans: &[Span],
+        whole: Span,
+        target: Option<(DType, &Shape)>,
+    ) -> Option<NodeId> {
         let ins: Vec<(&Shape, DType)> = inputs.iter().map(|i| self.ty(*i)).collect();
         match ir::infer(&op, &ins, target) {
             Ok((s, d)) => Some(self.push(op, inputs, d, s, whole)),
@@ -317,7 +361,8 @@ impl<'a> Lower<'a> {
             Val::T(id) => Some(id),
             Val::Poison => None,
             Val::Scalar(_) => {
-                self.diags.push(Diag::new(span, format!("{what} must be a tensor, found a scalar")));
+                self.diags
+                    .push(Diag::new(span, format!("{what} must be a tensor, found a scalar")));
                 None
             }
             Val::Tuple(_) => {
@@ -345,25 +390,43 @@ impl<'a> Lower<'a> {
         let v = match e {
             Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok(),
             Expr::Unary(syn::ExprUnary { op: syn::UnOp::Neg(_), expr, .. }) => match &**expr {
-                Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok().map(|v| -v),
+                Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => {
+                    i.base10_parse::<i64>().ok().map(|v| -v)
+                }
                 _ => None,
             },
             _ => None,
         };
         match v {
-            Some(v) if v >= -(rank as i64) && v < rank as i64 => Some(if v < 0 { (v + rank as i64) as usize } else { v as usize }),
+            Some(v) if v >= -(rank as i64) && v < rank as i64 => {
+                Some(if v < 0 { (v + rank as i64) as usize } else { v as usize })
+            }
             Some(v) => {
-                self.diags.push(Diag::new(e.span(), format!("axis {v} is out of range for a tensor of rank {rank}")));
+                self.diags.push(Diag::new(
+                    e.span(),
+                    format!("axis {v} is out of range for a tensor of rank {rank}"),
+                ));
                 None
             }
             None => {
-                self.diags.push(Diag::new(e.span(), "expected an integer axis (negative counts from the end)"));
+                self.diags.push(Diag::new(
+                    e.span(),
+                    "expected an integer axis (negative counts from the end)",
+                ));
                 None
             }
         }
     }
 
-    fn binary(&mut self, op: BinaryOp, a: Val, b: Val, sa: Span, sb: Span, whole: Span) -> Option<Val> {
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        a: Val,
+        b: Val,
+        sa: Span,
+        sb: Span,
+        whole: Span,
+    ) -> Option<Val> {
         match (a, b) {
             (Val::Poison, _) | (_, Val::Poison) => None,
             (Val::Scalar(x), Val::Scalar(y)) => Some(Val::Scalar(op.eval(x, y))),
@@ -387,8 +450,12 @@ impl<'a> Lower<'a> {
 
     fn expr(&mut self, e: &Expr) -> Option<Val> {
         match e {
-            Expr::Lit(syn::ExprLit { lit: syn::Lit::Float(f), .. }) => f.base10_parse::<f64>().ok().map(Val::Scalar),
-            Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<f64>().ok().map(Val::Scalar),
+            Expr::Lit(syn::ExprLit { lit: syn::Lit::Float(f), .. }) => {
+                f.base10_parse::<f64>().ok().map(Val::Scalar)
+            }
+            Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => {
+                i.base10_parse::<f64>().ok().map(Val::Scalar)
+            }
             Expr::Paren(p) => self.expr(&p.expr),
             Expr::Path(p) if p.path.get_ident().is_some() => {
                 let n = p.path.get_ident().unwrap().to_string();
@@ -410,7 +477,8 @@ impl<'a> Lower<'a> {
                 Val::Poison => None,
                 v => {
                     let t = self.tensor(v, u.expr.span(), "the operand of `-`")?;
-                    self.emit(Op::Unary(UnaryOp::Neg), vec![t], &[u.expr.span()], e.span(), None).map(Val::T)
+                    self.emit(Op::Unary(UnaryOp::Neg), vec![t], &[u.expr.span()], e.span(), None)
+                        .map(Val::T)
                 }
             },
             Expr::Binary(b) => {
@@ -421,8 +489,14 @@ impl<'a> Lower<'a> {
                     syn::BinOp::Div(_) => BinaryOp::Div,
                     _ => {
                         self.diags.push(
-                            Diag::new(b.op.span(), format!("unsupported operator `{}`", quote::quote!(#b.op).to_string().trim()))
-                                .help("tensor expressions use + - * / and function calls"),
+                            Diag::new(
+                                b.op.span(),
+                                format!(
+                                    "unsupported operator `{}`",
+                                    quote::quote!(#b.op).to_string().trim()
+                                ),
+                            )
+                            .help("tensor expressions use + - * / and function calls"),
                         );
                         return None;
                     }
@@ -442,15 +516,24 @@ impl<'a> Lower<'a> {
             }
             Expr::MethodCall(m) => {
                 self.diags.push(
-                    Diag::new(m.method.span(), format!("method calls are not supported: `.{}()`", m.method))
-                        .help(format!("call the op as a function: `{}(x, ...)`", m.method)),
+                    Diag::new(
+                        m.method.span(),
+                        format!("method calls are not supported: `.{}()`", m.method),
+                    )
+                    .help(format!("call the op as a function: `{}(x, ...)`", m.method)),
                 );
                 None
             }
             _ => {
                 self.diags.push(
-                    Diag::new(e.span(), format!("unsupported expression `{}`", short(&quote::quote!(#e).to_string())))
-                        .help("a graph body uses variables, literals, + - * / and op calls"),
+                    Diag::new(
+                        e.span(),
+                        format!(
+                            "unsupported expression `{}`",
+                            short(&quote::quote!(#e).to_string())
+                        ),
+                    )
+                    .help("a graph body uses variables, literals, + - * / and op calls"),
                 );
                 None
             }
@@ -472,8 +555,11 @@ impl<'a> Lower<'a> {
         let arity = |this: &mut Self, want: &str, ok: bool| -> bool {
             if !ok {
                 this.diags.push(
-                    Diag::new(c.paren_token.span.join(), format!("`{name}` takes {want}, {} given", args.len()))
-                        .help(format!("usage: {}", usage(&name))),
+                    Diag::new(
+                        c.paren_token.span.join(),
+                        format!("`{name}` takes {want}, {} given", args.len()),
+                    )
+                    .help(format!("usage: {}", usage(&name))),
                 );
             }
             ok
@@ -483,7 +569,9 @@ impl<'a> Lower<'a> {
             let mut out = Vec::new();
             let mut ok = true;
             for &i in idx {
-                match this.expr(args[i]).and_then(|v| this.tensor(v, args[i].span(), &format!("argument {} of `{name}`", i + 1))) {
+                match this.expr(args[i]).and_then(|v| {
+                    this.tensor(v, args[i].span(), &format!("argument {} of `{name}`", i + 1))
+                }) {
                     Some(t) => out.push(t),
                     None => ok = false,
                 }
@@ -549,7 +637,15 @@ impl<'a> Lower<'a> {
             }
             "layer_norm" | "rms_norm" => {
                 let n = if name == "layer_norm" { 4 } else { 3 };
-                if !arity(self, if n == 4 { "4 arguments (x, gamma, beta, eps)" } else { "3 arguments (x, gamma, eps)" }, args.len() == n) {
+                if !arity(
+                    self,
+                    if n == 4 {
+                        "4 arguments (x, gamma, beta, eps)"
+                    } else {
+                        "3 arguments (x, gamma, eps)"
+                    },
+                    args.len() == n,
+                ) {
                     return None;
                 }
                 let ts = tensors(self, &(0..n - 1).collect::<Vec<_>>());
@@ -587,7 +683,8 @@ impl<'a> Lower<'a> {
                 }
                 let t = tensors(self, &[0])?[0];
                 let Expr::Array(arr) = args[1] else {
-                    self.diags.push(Diag::new(spans[1], "expected a list of dims like `[S, H, D / H]`"));
+                    self.diags
+                        .push(Diag::new(spans[1], "expected a list of dims like `[S, H, D / H]`"));
                     return None;
                 };
                 let mut shape = Vec::new();
@@ -619,9 +716,14 @@ impl<'a> Lower<'a> {
                 let start = self.dim(args[2], false)?;
                 let end = self.dim(args[3], false)?;
                 let extent = self.ty(t).0[axis].clone();
-                if let (Some(s), Some(e), Some(x)) = (start.as_const(), end.as_const(), extent.as_const()) {
+                if let (Some(s), Some(e), Some(x)) =
+                    (start.as_const(), end.as_const(), extent.as_const())
+                {
                     if !(s <= e && e <= x) {
-                        self.diags.push(Diag::new(args[2].span().join(args[3].span()).unwrap_or(whole), format!("slice [{s}, {e}) is out of bounds for an axis of extent {x}")));
+                        self.diags.push(Diag::new(
+                            args[2].span().join(args[3].span()).unwrap_or(whole),
+                            format!("slice [{s}, {e}) is out of bounds for an axis of extent {x}"),
+                        ));
                         return None;
                     }
                 }
@@ -633,25 +735,37 @@ impl<'a> Lower<'a> {
                 }
                 let t = tensors(self, &[0])?[0];
                 let n = match args[1] {
-                    Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => i.base10_parse::<i64>().ok().filter(|v| *v > 0),
+                    Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(i), .. }) => {
+                        i.base10_parse::<i64>().ok().filter(|v| *v > 0)
+                    }
                     _ => None,
                 };
                 let Some(n) = n else {
-                    self.diags.push(Diag::new(spans[1], "expected a positive integer number of parts"));
+                    self.diags
+                        .push(Diag::new(spans[1], "expected a positive integer number of parts"));
                     return None;
                 };
                 let axis = self.axis(args[2], self.ty(t).0.len())?;
                 let ext = self.ty(t).0[axis].clone();
                 let part = ext.div_const(n).unwrap();
                 if ext.as_const().is_some_and(|x| x % n != 0) {
-                    self.diags.push(Diag::new(spans[1], format!("axis of extent {ext} does not split into {n} equal parts")));
+                    self.diags.push(Diag::new(
+                        spans[1],
+                        format!("axis of extent {ext} does not split into {n} equal parts"),
+                    ));
                     return None;
                 }
                 let mut outs = Vec::new();
                 for i in 0..n {
                     let start = part.mul(&DimExpr::constant(i));
                     let end = part.mul(&DimExpr::constant(i + 1));
-                    outs.push(self.emit(Op::Slice { axis, start, end }, vec![t], &spans, whole, None)?);
+                    outs.push(self.emit(
+                        Op::Slice { axis, start, end },
+                        vec![t],
+                        &spans,
+                        whole,
+                        None,
+                    )?);
                 }
                 Some(Val::Tuple(outs))
             }
@@ -660,7 +774,8 @@ impl<'a> Lower<'a> {
                     return None;
                 }
                 let Expr::Array(arr) = args[0] else {
-                    self.diags.push(Diag::new(spans[0], "expected a list of tensors like `[a, b]`"));
+                    self.diags
+                        .push(Diag::new(spans[0], "expected a list of tensors like `[a, b]`"));
                     return None;
                 };
                 let mut ts = Vec::new();
@@ -685,12 +800,21 @@ impl<'a> Lower<'a> {
                 let h = self.dim(args[1], false)?;
                 let (s, d) = (self.ty(t).0.clone(), self.ty(t).1);
                 if s.len() < 2 {
-                    self.diags.push(Diag::new(spans[0], format!("split_heads needs rank >= 2, got {}", shape_str(&s))));
+                    self.diags.push(Diag::new(
+                        spans[0],
+                        format!("split_heads needs rank >= 2, got {}", shape_str(&s)),
+                    ));
                     return None;
                 }
                 let r = s.len();
-                let Some(dh) = s[r - 1].div(&h).filter(|q| q.mul(&h) == s[r - 1] && s[r - 1].as_const().zip(h.as_const()).is_none_or(|(a, b)| a % b == 0)) else {
-                    self.diags.push(Diag::new(spans[1], format!("{} heads do not divide the last axis of {}", h, shape_str(&s))));
+                let Some(dh) = s[r - 1].div(&h).filter(|q| {
+                    q.mul(&h) == s[r - 1]
+                        && s[r - 1].as_const().zip(h.as_const()).is_none_or(|(a, b)| a % b == 0)
+                }) else {
+                    self.diags.push(Diag::new(
+                        spans[1],
+                        format!("{} heads do not divide the last axis of {}", h, shape_str(&s)),
+                    ));
                     return None;
                 };
                 let mut to = s[..r - 1].to_vec();
@@ -709,7 +833,13 @@ impl<'a> Lower<'a> {
                 let (s, d) = (self.ty(t).0.clone(), self.ty(t).1);
                 let r = s.len();
                 if r < 3 {
-                    self.diags.push(Diag::new(spans[0], format!("merge_heads needs rank >= 3 ([.., H, S, Dh]), got {}", shape_str(&s))));
+                    self.diags.push(Diag::new(
+                        spans[0],
+                        format!(
+                            "merge_heads needs rank >= 3 ([.., H, S, Dh]), got {}",
+                            shape_str(&s)
+                        ),
+                    ));
                     return None;
                 }
                 let mut perm: Vec<usize> = (0..r).collect();
@@ -721,7 +851,11 @@ impl<'a> Lower<'a> {
                 self.emit(Op::Reshape, vec![x], &spans, whole, Some((d, &to))).map(Val::T)
             }
             "attention" => {
-                if !arity(self, "5 arguments (q, k, v, scale, causal | mask)", args.len() == 5 || args.len() == 4) {
+                if !arity(
+                    self,
+                    "5 arguments (q, k, v, scale, causal | mask)",
+                    args.len() == 5 || args.len() == 4,
+                ) {
                     return None;
                 }
                 let ts = tensors(self, &[0, 1, 2]);
@@ -737,7 +871,8 @@ impl<'a> Lower<'a> {
                         (false, true)
                     }
                 };
-                self.emit(Op::Attention { scale, causal, mask }, ts, &spans, whole, None).map(Val::T)
+                self.emit(Op::Attention { scale, causal, mask }, ts, &spans, whole, None)
+                    .map(Val::T)
             }
             "rope" => {
                 if !arity(self, "3 arguments (x, cos, sin)", args.len() == 3) {
@@ -771,15 +906,19 @@ impl<'a> Lower<'a> {
                     return;
                 };
                 if let Some((_, div)) = &init.diverge {
-                    self.diags.push(Diag::new(div.span(), "`let ... else` is not supported in a graph"));
+                    self.diags
+                        .push(Diag::new(div.span(), "`let ... else` is not supported in a graph"));
                     return;
                 }
                 match &l.pat {
                     Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
                         if let Some(m) = &pi.mutability {
                             self.diags.push(
-                                Diag::new(m.span(), "`let mut` is not supported: graph values are immutable")
-                                    .help("bind each step to a new name: `let h2 = silu(h);`"),
+                                Diag::new(
+                                    m.span(),
+                                    "`let mut` is not supported: graph values are immutable",
+                                )
+                                .help("bind each step to a new name: `let h2 = silu(h);`"),
                             );
                         }
                         self.cur_name = pi.ident.to_string();
@@ -796,10 +935,14 @@ impl<'a> Lower<'a> {
                             })
                             .collect();
                         let Some(names) = names else {
-                            self.diags.push(Diag::new(pt.span(), "expected a tuple of names like `(q, k, v)`"));
+                            self.diags.push(Diag::new(
+                                pt.span(),
+                                "expected a tuple of names like `(q, k, v)`",
+                            ));
                             return;
                         };
-                        self.cur_name = names.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("_");
+                        self.cur_name =
+                            names.iter().map(|n| n.to_string()).collect::<Vec<_>>().join("_");
                         match self.expr(&init.expr) {
                             Some(Val::Tuple(ids)) if ids.len() == names.len() => {
                                 for (n, id) in names.iter().zip(ids) {
@@ -811,10 +954,17 @@ impl<'a> Lower<'a> {
                                 match other {
                                     Some(Val::Tuple(ids)) => self.diags.push(Diag::new(
                                         pt.span(),
-                                        format!("the pattern binds {} names but the value has {} parts", names.len(), ids.len()),
+                                        format!(
+                                            "the pattern binds {} names but the value has {} parts",
+                                            names.len(),
+                                            ids.len()
+                                        ),
                                     )),
                                     Some(Val::Poison) | None => {}
-                                    Some(_) => self.diags.push(Diag::new(init.expr.span(), "expected a tuple value (from `split`)")),
+                                    Some(_) => self.diags.push(Diag::new(
+                                        init.expr.span(),
+                                        "expected a tuple value (from `split`)",
+                                    )),
                                 }
                                 for n in &names {
                                     self.env.insert(n.to_string(), Val::Poison);
@@ -822,9 +972,10 @@ impl<'a> Lower<'a> {
                             }
                         }
                     }
-                    p => self.diags.push(
-                        Diag::new(p.span(), "unsupported pattern: a graph binds `let name = ...` or `let (a, b) = ...`"),
-                    ),
+                    p => self.diags.push(Diag::new(
+                        p.span(),
+                        "unsupported pattern: a graph binds `let name = ...` or `let (a, b) = ...`",
+                    )),
                 }
             }
             Stmt::Expr(e, _) => {
@@ -835,15 +986,24 @@ impl<'a> Lower<'a> {
                     _ => "statements other than `let` are",
                 };
                 self.diags.push(
-                    Diag::new(e.span(), format!("unsupported statement: {what} not allowed in a fused graph"))
-                        .help("a graph body is a sequence of `let` bindings and a tail expression"),
+                    Diag::new(
+                        e.span(),
+                        format!("unsupported statement: {what} not allowed in a fused graph"),
+                    )
+                    .help("a graph body is a sequence of `let` bindings and a tail expression"),
                 );
             }
             Stmt::Macro(m) => self.diags.push(
-                Diag::new(m.span(), "unsupported statement: macros are not allowed in a fused graph")
-                    .help("a graph body is a sequence of `let` bindings and a tail expression"),
+                Diag::new(
+                    m.span(),
+                    "unsupported statement: macros are not allowed in a fused graph",
+                )
+                .help("a graph body is a sequence of `let` bindings and a tail expression"),
             ),
-            Stmt::Item(i) => self.diags.push(Diag::new(i.span(), "unsupported statement: items are not allowed in a fused graph")),
+            Stmt::Item(i) => self.diags.push(Diag::new(
+                i.span(),
+                "unsupported statement: items are not allowed in a fused graph",
+            )),
         }
     }
 }
@@ -898,9 +1058,38 @@ fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<
 }
 
 pub const KNOWN_OPS: &[&str] = &[
-    "matmul", "linear", "neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu",
-    "pow", "max", "min", "cast", "sum", "mean", "softmax", "layer_norm", "rms_norm", "reshape", "transpose", "split",
-    "concat", "slice", "split_heads", "merge_heads", "attention", "rope", "causal_mask",
+    "matmul",
+    "linear",
+    "neg",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "pow",
+    "max",
+    "min",
+    "cast",
+    "sum",
+    "mean",
+    "softmax",
+    "layer_norm",
+    "rms_norm",
+    "reshape",
+    "transpose",
+    "split",
+    "concat",
+    "slice",
+    "split_heads",
+    "merge_heads",
+    "attention",
+    "rope",
+    "causal_mask",
 ];
 
 fn usage(op: &str) -> &'static str {
@@ -941,7 +1130,10 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         lw.diags.push(Diag::new(a.span(), "a fused graph cannot be `async`"));
     }
     if !f.sig.generics.params.is_empty() {
-        lw.diags.push(Diag::new(f.sig.generics.span(), "a fused graph cannot be generic; dynamic dims are free names in shapes"));
+        lw.diags.push(Diag::new(
+            f.sig.generics.span(),
+            "a fused graph cannot be generic; dynamic dims are free names in shapes",
+        ));
     }
     let mut params = Vec::new();
     let mut names: Vec<String> = Vec::new();
@@ -956,7 +1148,10 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         };
         let name = pi.ident.to_string();
         if names.contains(&name) {
-            lw.diags.push(Diag::new(pi.ident.span(), format!("duplicate parameter `{name}`")).help("each parameter needs its own name"));
+            lw.diags.push(
+                Diag::new(pi.ident.span(), format!("duplicate parameter `{name}`"))
+                    .help("each parameter needs its own name"),
+            );
             continue;
         }
         names.push(name.clone());
@@ -970,8 +1165,10 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         }
     }
     // Dims that are not a whole axis of some parameter cannot be bound at run time.
-    let bindable: Vec<String> =
-        params.iter().flat_map(|(_, _, s)| s.iter().filter_map(|d| d.as_sym().map(str::to_string))).collect();
+    let bindable: Vec<String> = params
+        .iter()
+        .flat_map(|(_, _, s)| s.iter().filter_map(|d| d.as_sym().map(str::to_string)))
+        .collect();
     for (name, _, s) in &params {
         for d in s {
             for sym in d.symbols() {
@@ -988,7 +1185,10 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
     let mut tuple_return = false;
     let mut declared: Vec<(DType, Shape, Span)> = Vec::new();
     match &f.sig.output {
-        syn::ReturnType::Default => lw.diags.push(Diag::new(f.sig.span(), "a fused graph must return a tensor or a tuple of tensors")),
+        syn::ReturnType::Default => lw.diags.push(Diag::new(
+            f.sig.span(),
+            "a fused graph must return a tensor or a tuple of tensors",
+        )),
         syn::ReturnType::Type(_, ty) => {
             let tys: Vec<&syn::Type> = match &**ty {
                 syn::Type::Tuple(t) => {
@@ -1000,8 +1200,13 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
             for t in tys {
                 let before = lw.dyn_dims.clone();
                 if let Some((d, s)) = lw.tensor_type(t, true) {
-                    let new: Vec<String> = lw.dyn_dims.iter().filter(|x| !before.contains(x)).cloned().collect();
-                    let unbound: Vec<String> = s.iter().flat_map(|d| d.symbols()).filter(|x| !bindable.contains(x)).collect();
+                    let new: Vec<String> =
+                        lw.dyn_dims.iter().filter(|x| !before.contains(x)).cloned().collect();
+                    let unbound: Vec<String> = s
+                        .iter()
+                        .flat_map(|d| d.symbols())
+                        .filter(|x| !bindable.contains(x))
+                        .collect();
                     lw.dyn_dims = before;
                     if !unbound.is_empty() || !new.is_empty() {
                         let mut u = unbound;
@@ -1028,7 +1233,9 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         lw.stmt(s);
     }
     match tail {
-        None => lw.diags.push(Diag::new(f.block.span(), "a fused graph ends with the expression it returns")),
+        None => lw
+            .diags
+            .push(Diag::new(f.block.span(), "a fused graph ends with the expression it returns")),
         Some(e) => {
             lw.cur_name = "out".into();
             let vals = match lw.expr(e) {
@@ -1069,7 +1276,11 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
                 } else if lw.diags.is_empty() {
                     lw.diags.push(Diag::new(
                         e.span(),
-                        format!("the graph returns {} tensors but the signature declares {}", ids.len(), declared.len()),
+                        format!(
+                            "the graph returns {} tensors but the signature declares {}",
+                            ids.len(),
+                            declared.len()
+                        ),
                     ));
                 }
                 outputs = ids;
@@ -1079,7 +1290,10 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
     if !lw.diags.is_empty() {
         return Err(lw.diags);
     }
-    let outs_sig = outputs.iter().map(|o| (lw.nodes[o.idx()].dtype, lw.nodes[o.idx()].shape.clone())).collect();
+    let outs_sig = outputs
+        .iter()
+        .map(|o| (lw.nodes[o.idx()].dtype, lw.nodes[o.idx()].shape.clone()))
+        .collect();
     let graph = Graph {
         name: f.sig.ident.to_string(),
         params: params.iter().map(|p| p.0.clone()).collect(),

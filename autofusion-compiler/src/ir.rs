@@ -127,15 +127,16 @@ impl UnaryOp {
 fn erf(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t * (-z * z - 1.26551223
-        + t * (1.00002368
-            + t * (0.37409196
-                + t * (0.09678418
-                    + t * (-0.18628806
-                        + t * (0.27886807
-                            + t * (-1.13520398
-                                + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
-        .exp();
+    let r = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
     if x >= 0.0 {
         1.0 - r
     } else {
@@ -201,33 +202,58 @@ impl ReduceKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
     /// Graph input number `index`.
-    Param { index: usize },
+    Param {
+        index: usize,
+    },
     /// A scalar constant (shape `[]`), broadcast by its users.
-    Const { value: f64 },
+    Const {
+        value: f64,
+    },
     Unary(UnaryOp),
     Binary(BinaryOp),
     Cast,
     /// Reduction over `axis`, keeping it with extent 1.
-    Reduce { kind: ReduceKind, axis: usize },
+    Reduce {
+        kind: ReduceKind,
+        axis: usize,
+    },
     /// Batched matrix product over the last two axes; batch axes broadcast.
     MatMul,
     /// Same elements, new shape (a view of a contiguous input).
     Reshape,
     /// Axis permutation (a view): output axis i is input axis `perm[i]`.
-    Transpose { perm: Vec<usize> },
+    Transpose {
+        perm: Vec<usize>,
+    },
     /// `[start, end)` along `axis` (a view).
-    Slice { axis: usize, start: DimExpr, end: DimExpr },
-    Concat { axis: usize },
+    Slice {
+        axis: usize,
+        start: DimExpr,
+        end: DimExpr,
+    },
+    Concat {
+        axis: usize,
+    },
     /// Materialise a view into a contiguous tensor.
     Copy,
     /// `-inf` where the column index exceeds the row index (last two axes).
     CausalMask,
     // ---- sugar, expanded by canon ----
-    LayerNorm { eps: f64 },
-    RmsNorm { eps: f64 },
-    Softmax { axis: usize },
+    LayerNorm {
+        eps: f64,
+    },
+    RmsNorm {
+        eps: f64,
+    },
+    Softmax {
+        axis: usize,
+    },
     Linear,
-    Attention { scale: f64, causal: bool, mask: bool },
+    Attention {
+        scale: f64,
+        causal: bool,
+        mask: bool,
+    },
     Rope,
 }
 
@@ -440,7 +466,10 @@ pub fn infer(
         }
         Op::Unary(_) | Op::Copy | Op::CausalMask => {
             if matches!(op, Op::CausalMask) && rank(0) < 2 {
-                return Err(err(Some(0), format!("causal_mask needs rank >= 2, got {}", shape_str(ins[0].0))));
+                return Err(err(
+                    Some(0),
+                    format!("causal_mask needs rank >= 2, got {}", shape_str(ins[0].0)),
+                ));
             }
             Ok((shape(0), ins[0].1))
         }
@@ -461,7 +490,10 @@ pub fn infer(
         }
         Op::Reduce { axis, .. } | Op::Softmax { axis } => {
             if *axis >= rank(0) {
-                return Err(err(None, format!("axis {axis} out of range for {}", shape_str(ins[0].0))));
+                return Err(err(
+                    None,
+                    format!("axis {axis} out of range for {}", shape_str(ins[0].0)),
+                ));
             }
             let mut s = shape(0);
             if matches!(op, Op::Reduce { .. }) {
@@ -473,10 +505,16 @@ pub fn infer(
             let d = same_dtype(ins, "matmul")?;
             let (a, b) = (ins[0].0, ins[1].0);
             if a.len() < 2 {
-                return Err(err(Some(0), format!("matmul needs operands of rank >= 2, left is {}", shape_str(a))));
+                return Err(err(
+                    Some(0),
+                    format!("matmul needs operands of rank >= 2, left is {}", shape_str(a)),
+                ));
             }
             if b.len() < 2 {
-                return Err(err(Some(1), format!("matmul needs operands of rank >= 2, right is {}", shape_str(b))));
+                return Err(err(
+                    Some(1),
+                    format!("matmul needs operands of rank >= 2, right is {}", shape_str(b)),
+                ));
             }
             let k1 = &a[a.len() - 1];
             let k2 = &b[b.len() - 2];
@@ -494,7 +532,14 @@ pub fn infer(
             let ba = a[..a.len() - 2].to_vec();
             let bb = b[..b.len() - 2].to_vec();
             let mut out = broadcast(&ba, &bb).ok_or_else(|| {
-                err(Some(1), format!("matmul batch axes {} and {} cannot be broadcast", shape_str(&ba), shape_str(&bb)))
+                err(
+                    Some(1),
+                    format!(
+                        "matmul batch axes {} and {} cannot be broadcast",
+                        shape_str(&ba),
+                        shape_str(&bb)
+                    ),
+                )
             })?;
             out.push(a[a.len() - 2].clone());
             out.push(b[b.len() - 1].clone());
@@ -503,12 +548,18 @@ pub fn infer(
                 if ins[2].0.len() != 1 || ins[2].0[0] != n {
                     return Err(InferError {
                         operand: Some(2),
-                        msg: format!("linear bias has shape {}, expected [{n}]", shape_str(ins[2].0)),
+                        msg: format!(
+                            "linear bias has shape {}, expected [{n}]",
+                            shape_str(ins[2].0)
+                        ),
                         help: None,
                     });
                 }
                 if ins[2].1 != d {
-                    return Err(err(Some(2), format!("dtype mismatch in linear: {d} and {}", ins[2].1)));
+                    return Err(err(
+                        Some(2),
+                        format!("dtype mismatch in linear: {d} and {}", ins[2].1),
+                    ));
                 }
             }
             Ok((out, d))
@@ -519,7 +570,11 @@ pub fn infer(
             if n0 != n1 {
                 return Err(err(
                     None,
-                    format!("cannot reshape {} ({n0} elements) to {} ({n1} elements)", shape_str(ins[0].0), shape_str(to)),
+                    format!(
+                        "cannot reshape {} ({n0} elements) to {} ({n1} elements)",
+                        shape_str(ins[0].0),
+                        shape_str(to)
+                    ),
                 ));
             }
             Ok((to.clone(), ins[0].1))
@@ -528,13 +583,19 @@ pub fn infer(
             let mut p = perm.clone();
             p.sort();
             if perm.len() != rank(0) || p != (0..rank(0)).collect::<Vec<_>>() {
-                return Err(err(None, format!("permutation {perm:?} does not fit {}", shape_str(ins[0].0))));
+                return Err(err(
+                    None,
+                    format!("permutation {perm:?} does not fit {}", shape_str(ins[0].0)),
+                ));
             }
             Ok((perm.iter().map(|&i| ins[0].0[i].clone()).collect(), ins[0].1))
         }
         Op::Slice { axis, start, end } => {
             if *axis >= rank(0) {
-                return Err(err(None, format!("axis {axis} out of range for {}", shape_str(ins[0].0))));
+                return Err(err(
+                    None,
+                    format!("axis {axis} out of range for {}", shape_str(ins[0].0)),
+                ));
             }
             let mut s = shape(0);
             s[*axis] = end.sub(start);
@@ -544,18 +605,32 @@ pub fn infer(
             let d = same_dtype(ins, "concat")?;
             let r = rank(0);
             if *axis >= r {
-                return Err(err(None, format!("axis {axis} out of range for {}", shape_str(ins[0].0))));
+                return Err(err(
+                    None,
+                    format!("axis {axis} out of range for {}", shape_str(ins[0].0)),
+                ));
             }
             let mut s = shape(0);
             for (i, (sh, _)) in ins.iter().enumerate().skip(1) {
                 if sh.len() != r {
-                    return Err(err(Some(i), format!("concat rank mismatch: {} and {}", shape_str(ins[0].0), shape_str(sh))));
+                    return Err(err(
+                        Some(i),
+                        format!(
+                            "concat rank mismatch: {} and {}",
+                            shape_str(ins[0].0),
+                            shape_str(sh)
+                        ),
+                    ));
                 }
                 for ax in 0..r {
                     if ax != *axis && sh[ax] != ins[0].0[ax] {
                         return Err(err(
                             Some(i),
-                            format!("concat shapes {} and {} differ off axis {axis}", shape_str(ins[0].0), shape_str(sh)),
+                            format!(
+                                "concat shapes {} and {} differ off axis {axis}",
+                                shape_str(ins[0].0),
+                                shape_str(sh)
+                            ),
                         ));
                     }
                 }
@@ -574,14 +649,23 @@ pub fn infer(
                 if s.len() != 1 {
                     return Err(InferError {
                         operand: Some(i),
-                        msg: format!("rank mismatch: {} parameter has shape {}, expected [{last}]", op.name(), shape_str(s)),
+                        msg: format!(
+                            "rank mismatch: {} parameter has shape {}, expected [{last}]",
+                            op.name(),
+                            shape_str(s)
+                        ),
                         help: Some("norm weights are vectors over the last axis".into()),
                     });
                 }
                 if &s[0] != last {
                     return Err(err(
                         Some(i),
-                        format!("{} parameter has shape {}, expected [{last}] to match {}", op.name(), shape_str(s), shape_str(x)),
+                        format!(
+                            "{} parameter has shape {}, expected [{last}] to match {}",
+                            op.name(),
+                            shape_str(s),
+                            shape_str(x)
+                        ),
                     ));
                 }
             }
@@ -593,15 +677,34 @@ pub fn infer(
             if q.len() < 2 || k.len() != q.len() || v.len() != q.len() {
                 return Err(err(
                     None,
-                    format!("attention needs q, k, v of one rank >= 2, got {}, {}, {}", shape_str(q), shape_str(k), shape_str(v)),
+                    format!(
+                        "attention needs q, k, v of one rank >= 2, got {}, {}, {}",
+                        shape_str(q),
+                        shape_str(k),
+                        shape_str(v)
+                    ),
                 ));
             }
             let r = q.len();
             if q[r - 1] != k[r - 1] {
-                return Err(err(Some(1), format!("attention head dims differ: q {} and k {}", shape_str(q), shape_str(k))));
+                return Err(err(
+                    Some(1),
+                    format!(
+                        "attention head dims differ: q {} and k {}",
+                        shape_str(q),
+                        shape_str(k)
+                    ),
+                ));
             }
             if k[r - 2] != v[r - 2] {
-                return Err(err(Some(2), format!("attention key lengths differ: k {} and v {}", shape_str(k), shape_str(v))));
+                return Err(err(
+                    Some(2),
+                    format!(
+                        "attention key lengths differ: k {} and v {}",
+                        shape_str(k),
+                        shape_str(v)
+                    ),
+                ));
             }
             let mut out = q.clone();
             out[r - 1] = v[r - 1].clone();
@@ -611,7 +714,11 @@ pub fn infer(
                 if broadcast(&sc, ins[3].0).as_ref() != Some(&sc) {
                     return Err(err(
                         Some(3),
-                        format!("attention mask {} does not broadcast to the scores {}", shape_str(ins[3].0), shape_str(&sc)),
+                        format!(
+                            "attention mask {} does not broadcast to the scores {}",
+                            shape_str(ins[3].0),
+                            shape_str(&sc)
+                        ),
                     ));
                 }
             }
@@ -624,11 +731,21 @@ pub fn infer(
             if last.div_const(2).map(|h| h.mul(&DimExpr::constant(2))) != Some(last.clone())
                 || last.as_const().is_some_and(|v| v % 2 != 0)
             {
-                return Err(err(Some(0), format!("rope needs an even last axis, got {}", shape_str(x))));
+                return Err(err(
+                    Some(0),
+                    format!("rope needs an even last axis, got {}", shape_str(x)),
+                ));
             }
             for i in 1..3 {
                 if broadcast(x, ins[i].0).as_ref() != Some(x) {
-                    return Err(err(Some(i), format!("rope table {} does not broadcast to {}", shape_str(ins[i].0), shape_str(x))));
+                    return Err(err(
+                        Some(i),
+                        format!(
+                            "rope table {} does not broadcast to {}",
+                            shape_str(ins[i].0),
+                            shape_str(x)
+                        ),
+                    ));
                 }
             }
             Ok((x.clone(), d))
@@ -646,10 +763,16 @@ pub fn verify(g: &Graph) -> Result<(), String> {
                 return Err(format!("{id} uses {i}, which is not defined before it"));
             }
         }
-        let ins: Vec<(&Shape, DType)> = n.inputs.iter().map(|i| (&g.node(*i).shape, g.node(*i).dtype)).collect();
+        let ins: Vec<(&Shape, DType)> =
+            n.inputs.iter().map(|i| (&g.node(*i).shape, g.node(*i).dtype)).collect();
         let arity_ok = match &n.op {
             Op::Param { .. } | Op::Const { .. } => ins.is_empty(),
-            Op::Unary(_) | Op::Cast | Op::Copy | Op::CausalMask | Op::Reduce { .. } | Op::Softmax { .. } => ins.len() == 1,
+            Op::Unary(_)
+            | Op::Cast
+            | Op::Copy
+            | Op::CausalMask
+            | Op::Reduce { .. }
+            | Op::Softmax { .. } => ins.len() == 1,
             Op::Reshape | Op::Transpose { .. } | Op::Slice { .. } => ins.len() == 1,
             Op::Binary(_) | Op::MatMul => ins.len() == 2,
             Op::Concat { .. } => !ins.is_empty(),
@@ -660,7 +783,8 @@ pub fn verify(g: &Graph) -> Result<(), String> {
         if !arity_ok {
             return Err(format!("{id} ({}) has {} inputs", n.op.name(), ins.len()));
         }
-        let (s, d) = infer(&n.op, &ins, Some((n.dtype, &n.shape))).map_err(|e| format!("{id}: {}", e.msg))?;
+        let (s, d) = infer(&n.op, &ins, Some((n.dtype, &n.shape)))
+            .map_err(|e| format!("{id}: {}", e.msg))?;
         if s != n.shape || d != n.dtype {
             return Err(format!(
                 "{id} ({}) is typed {}{} but its inputs give {}{}",

@@ -108,9 +108,15 @@ impl Unit {
     /// Like `parse`, with options given directly (tools re-planning a graph at other settings).
     pub fn with_options(opts: front::Options, item: &syn::ItemFn) -> Result<Unit, diag::Diags> {
         let lowered = front::lower(opts, item)?;
-        ir::verify(&lowered.graph).map_err(|e| diag::Diag::new(item.sig.ident.span(), format!("internal error: {e}")))?;
+        ir::verify(&lowered.graph)
+            .map_err(|e| diag::Diag::new(item.sig.ident.span(), format!("internal error: {e}")))?;
         let graph = canon::canonicalize(&lowered.graph);
-        ir::verify(&graph).map_err(|e| diag::Diag::new(item.sig.ident.span(), format!("internal error after canonicalize: {e}")))?;
+        ir::verify(&graph).map_err(|e| {
+            diag::Diag::new(
+                item.sig.ident.span(),
+                format!("internal error after canonicalize: {e}"),
+            )
+        })?;
         let o = &lowered.options;
         let key = format!(
             "{}|{}|opt{}|rules{}|debug{}|hints{:?}",
@@ -180,7 +186,11 @@ impl Unit {
     /// The opt-in `qkv_horizontal` rule is not applied on Ascend: the generator has no
     /// horizontal kernel (on the NPU the projections run as separate mix launches, or as bodies
     /// of the one pipeline launch at opt_level 3).
-    pub fn variant_ascend(&self, v: Variant, target: &target::Target) -> Result<(plan::Plan, codegen::ascend::AscendSource), String> {
+    pub fn variant_ascend(
+        &self,
+        v: Variant,
+        target: &target::Target,
+    ) -> Result<(plan::Plan, codegen::ascend::AscendSource), String> {
         let o = &self.lowered.options;
         let level = match v {
             Variant::Fused => o.opt_level,
@@ -194,11 +204,28 @@ impl Unit {
     }
 
     /// Generate Ascend C for a given plan.
-    pub fn generate_ascend(&self, v: Variant, plan: &plan::Plan, symbol: &str) -> Result<codegen::ascend::AscendSource, String> {
+    pub fn generate_ascend(
+        &self,
+        v: Variant,
+        plan: &plan::Plan,
+        symbol: &str,
+    ) -> Result<codegen::ascend::AscendSource, String> {
         if self.graph.dyn_dims.len() > abi::ASCEND_MAX_DIMS {
-            return Err(format!("graph `{}` has {} dynamic dims; the Ascend kernels take at most {}", self.graph.name, self.graph.dyn_dims.len(), abi::ASCEND_MAX_DIMS));
+            return Err(format!(
+                "graph `{}` has {} dynamic dims; the Ascend kernels take at most {}",
+                self.graph.name,
+                self.graph.dyn_dims.len(),
+                abi::ASCEND_MAX_DIMS
+            ));
         }
-        let header = format!("graph `{}` ({} variant), plan {} at opt_level {}, target {}", self.graph.name, v.name(), self.hash, plan.opt_level, plan.target.name);
+        let header = format!(
+            "graph `{}` ({} variant), plan {} at opt_level {}, target {}",
+            self.graph.name,
+            v.name(),
+            self.hash,
+            plan.opt_level,
+            plan.target.name
+        );
         codegen::ascend::generate(&self.graph, plan, symbol, &header)
     }
 }

@@ -294,8 +294,13 @@ pub fn match_flash(g: &Graph, users: &[Vec<NodeId>], qk: NodeId) -> Option<Flash
         let n = g.node(u);
         let scalar = |i: usize| matches!(g.node(n.inputs[i]).op, Op::Const { .. });
         let ok = match &n.op {
-            Op::Binary(BinaryOp::Mul | BinaryOp::Div) => n.inputs[0] == cur && scalar(1) || n.inputs[1] == cur && scalar(0) && n.op == Op::Binary(BinaryOp::Mul),
-            Op::Binary(BinaryOp::Add) => n.shape == g.node(cur).shape && (n.inputs[0] != n.inputs[1]),
+            Op::Binary(BinaryOp::Mul | BinaryOp::Div) => {
+                n.inputs[0] == cur && scalar(1)
+                    || n.inputs[1] == cur && scalar(0) && n.op == Op::Binary(BinaryOp::Mul)
+            }
+            Op::Binary(BinaryOp::Add) => {
+                n.shape == g.node(cur).shape && (n.inputs[0] != n.inputs[1])
+            }
             Op::CausalMask => true,
             _ => false,
         };
@@ -311,19 +316,26 @@ pub fn match_flash(g: &Graph, users: &[Vec<NodeId>], qk: NodeId) -> Option<Flash
         return None;
     }
     let r = g.node(scores).shape.len();
-    let max = *su.iter().find(|u| g.node(**u).op == Op::Reduce { kind: ReduceKind::Max, axis: r - 1 })?;
-    let shift = *su.iter().find(|u| g.node(**u).op == Op::Binary(BinaryOp::Sub) && g.node(**u).inputs == vec![scores, max])?;
+    let max =
+        *su.iter().find(|u| g.node(**u).op == Op::Reduce { kind: ReduceKind::Max, axis: r - 1 })?;
+    let shift = *su.iter().find(|u| {
+        g.node(**u).op == Op::Binary(BinaryOp::Sub) && g.node(**u).inputs == vec![scores, max]
+    })?;
     let exp = single_user(users, g, shift).filter(|e| g.node(*e).op == Op::Unary(UnaryOp::Exp))?;
     let eu = &users[exp.idx()];
     if eu.len() != 2 || g.outputs.contains(&exp) {
         return None;
     }
-    let sum = *eu.iter().find(|u| g.node(**u).op == Op::Reduce { kind: ReduceKind::Sum, axis: r - 1 })?;
-    let div = *eu.iter().find(|u| g.node(**u).op == Op::Binary(BinaryOp::Div) && g.node(**u).inputs == vec![exp, sum])?;
+    let sum =
+        *eu.iter().find(|u| g.node(**u).op == Op::Reduce { kind: ReduceKind::Sum, axis: r - 1 })?;
+    let div = *eu.iter().find(|u| {
+        g.node(**u).op == Op::Binary(BinaryOp::Div) && g.node(**u).inputs == vec![exp, sum]
+    })?;
     if single_user(users, g, max) != Some(shift) || single_user(users, g, sum) != Some(div) {
         return None;
     }
-    let pv = single_user(users, g, div).filter(|p| g.node(*p).op == Op::MatMul && g.node(*p).inputs[0] == div)?;
+    let pv = single_user(users, g, div)
+        .filter(|p| g.node(*p).op == Op::MatMul && g.node(*p).inputs[0] == div)?;
     Some(FlashParts { qk, chain, scores, max, shift, exp, sum, div, pv })
 }
 
@@ -368,7 +380,8 @@ fn row_of(s: &Shape) -> Shape {
 /// The iteration space of an elementwise group, if all members agree on one.
 pub fn space_of(g: &Graph, members: &[NodeId]) -> Option<Shape> {
     let shapes: Vec<Shape> = members.iter().map(|m| iter_shape(g, *m)).collect();
-    let full = shapes.iter().find(|s| *s != &row_of(s)).cloned().unwrap_or_else(|| shapes[0].clone());
+    let full =
+        shapes.iter().find(|s| *s != &row_of(s)).cloned().unwrap_or_else(|| shapes[0].clone());
     shapes.iter().all(|s| *s == full || *s == row_of(&full)).then_some(full)
 }
 
@@ -445,7 +458,9 @@ impl<'a> Planner<'a> {
         self.groups[i].as_ref().expect("live group")
     }
     fn owners(&self, id: NodeId) -> Vec<usize> {
-        (0..self.groups.len()).filter(|&i| self.groups[i].as_ref().is_some_and(|w| w.members.contains(&id))).collect()
+        (0..self.groups.len())
+            .filter(|&i| self.groups[i].as_ref().is_some_and(|w| w.members.contains(&id)))
+            .collect()
     }
     /// Groups that read `m` from memory (they hold a user of `m` but not `m` itself), and
     /// whether some user reads it through a view.
@@ -482,7 +497,8 @@ impl<'a> Planner<'a> {
     }
     /// Is there a path from group `a` to group `b` through a group outside `a`, `b`, `skip`?
     fn indirect_path(&self, a: usize, b: usize, skip: &[usize]) -> bool {
-        let mut stack: Vec<usize> = self.preds(b).into_iter().filter(|p| *p != a && !skip.contains(p)).collect();
+        let mut stack: Vec<usize> =
+            self.preds(b).into_iter().filter(|p| *p != a && !skip.contains(p)).collect();
         let mut seen = BTreeSet::new();
         while let Some(x) = stack.pop() {
             if x == a {
@@ -517,7 +533,10 @@ impl<'a> Planner<'a> {
     }
     fn rule_on(&self, r: Rule) -> Result<(), (Reason, String)> {
         if r.min_opt_level() > self.opt_level {
-            return Err((Reason::OptLevel, format!("{} needs opt_level >= {}", r.name(), r.min_opt_level())));
+            return Err((
+                Reason::OptLevel,
+                format!("{} needs opt_level >= {}", r.name(), r.min_opt_level()),
+            ));
         }
         if !self.rules.contains(r) {
             return Err((Reason::RuleDisabled, format!("rule {} is not enabled", r.name())));
@@ -526,13 +545,19 @@ impl<'a> Planner<'a> {
     }
 
     /// Modelled cost of a kernel holding `members` (memoised by members and kind).
-    fn cost(&self, members: &BTreeSet<NodeId>, kind: GroupKind, anchor: Option<NodeId>) -> CostResult {
+    fn cost(
+        &self,
+        members: &BTreeSet<NodeId>,
+        kind: GroupKind,
+        anchor: Option<NodeId>,
+    ) -> CostResult {
         let key = (members.iter().copied().collect::<Vec<_>>(), kind);
         if let Some(c) = self.cache.borrow().get(&key) {
             return c.clone();
         }
         let est = |d: &DimExpr| self.est(d);
-        let c = crate::cost::kernel_cost(self.g, &self.users, members, kind, anchor, self.target, &est);
+        let c =
+            crate::cost::kernel_cost(self.g, &self.users, members, kind, anchor, self.target, &est);
         self.cache.borrow_mut().insert(key, c.clone());
         c
     }
@@ -543,19 +568,36 @@ impl<'a> Planner<'a> {
 
     /// Classify and check a merge of producer group `a` into consumer group `b`; on success the
     /// merged group's kind and anchor.
-    fn check_pair(&self, a: usize, b: usize) -> Result<(Rule, GroupKind, Option<NodeId>), (Option<Rule>, Reason, String)> {
+    fn check_pair(
+        &self,
+        a: usize,
+        b: usize,
+    ) -> Result<(Rule, GroupKind, Option<NodeId>), (Option<Rule>, Reason, String)> {
         let (wa, wb) = (self.w(a), self.w(b));
         for m in &wb.members {
             for i in &self.g.node(*m).inputs {
                 if self.g.node(*i).op.is_view() && wa.members.contains(&base_of(self.g, *i)) {
-                    return Err((None, Reason::ViewBoundary, format!("{m} reads {} through a view", base_of(self.g, *i))));
+                    return Err((
+                        None,
+                        Reason::ViewBoundary,
+                        format!("{m} reads {} through a view", base_of(self.g, *i)),
+                    ));
                 }
             }
         }
-        let (rule, kind, anchor, res): (Rule, GroupKind, Option<NodeId>, Result<(), (Reason, String)>) = match (wa.kind, wb.kind) {
+        let (rule, kind, anchor, res): (
+            Rule,
+            GroupKind,
+            Option<NodeId>,
+            Result<(), (Reason, String)>,
+        ) = match (wa.kind, wb.kind) {
             (GroupKind::Concat | GroupKind::FlashAttention | GroupKind::Horizontal, _)
             | (_, GroupKind::Concat | GroupKind::FlashAttention | GroupKind::Horizontal) => {
-                return Err((None, Reason::Opaque, "concat, flash-attention and horizontal kernels take no further ops".into()));
+                return Err((
+                    None,
+                    Reason::Opaque,
+                    "concat, flash-attention and horizontal kernels take no further ops".into(),
+                ));
             }
             (GroupKind::MatMul, GroupKind::MatMul) => {
                 return Err((None, Reason::TwoAnchors, "a kernel holds one matmul".into()));
@@ -568,7 +610,8 @@ impl<'a> Planner<'a> {
                     && rb
                     && wa.members.iter().any(|m| {
                         matches!(self.g.node(*m).op, Op::Binary(crate::ir::BinaryOp::Add))
-                            && (self.is_output[m.idx()] || !self.readers(*m).0.iter().all(|r| *r == b))
+                            && (self.is_output[m.idx()]
+                                || !self.readers(*m).0.iter().all(|r| *r == b))
                     })
                 {
                     Rule::AddNorm
@@ -577,7 +620,9 @@ impl<'a> Planner<'a> {
                 };
                 let members: Vec<NodeId> = wa.members.union(&wb.members).copied().collect();
                 let res = match space_of(self.g, &members) {
-                    None => Err((Reason::SpaceMismatch, "members iterate over different shapes".into())),
+                    None => {
+                        Err((Reason::SpaceMismatch, "members iterate over different shapes".into()))
+                    }
                     Some(_) => Ok(()),
                 };
                 (rule, GroupKind::Elementwise, None, res)
@@ -588,20 +633,30 @@ impl<'a> Planner<'a> {
                 let res = if self.has_reduce(wb) {
                     Err((Reason::ReductionNotAllowed, "an epilogue holds no reduction".into()))
                 } else if wb.members.iter().any(|m| self.g.node(*m).shape != *out) {
-                    Err((Reason::SpaceMismatch, "epilogue ops must have the matmul's output shape".into()))
+                    Err((
+                        Reason::SpaceMismatch,
+                        "epilogue ops must have the matmul's output shape".into(),
+                    ))
                 } else {
                     Ok(())
                 };
                 (Rule::LinearEpilogue, GroupKind::MatMul, Some(anchor), res)
             }
-            (GroupKind::Elementwise, GroupKind::MatMul) => {
-                (Rule::NormLinearPrologue, GroupKind::MatMul, wb.anchor, self.check_prologue(a, b, &[b]))
-            }
+            (GroupKind::Elementwise, GroupKind::MatMul) => (
+                Rule::NormLinearPrologue,
+                GroupKind::MatMul,
+                wb.anchor,
+                self.check_prologue(a, b, &[b]),
+            ),
         };
         res.map_err(|(r, d)| (Some(rule), r, d))?;
         self.rule_on(rule).map_err(|(r, d)| (Some(rule), r, d))?;
         if self.indirect_path(a, b, &[]) {
-            return Err((Some(rule), Reason::Cycle, "another kernel lies on a path between them".into()));
+            return Err((
+                Some(rule),
+                Reason::Cycle,
+                "another kernel lies on a path between them".into(),
+            ));
         }
         let both: BTreeSet<NodeId> = wa.members.union(&wb.members).copied().collect();
         self.backstops(&both).map_err(|(r, d)| (Some(rule), r, d))?;
@@ -613,16 +668,25 @@ impl<'a> Planner<'a> {
     fn check_prologue(&self, a: usize, c: usize, all: &[usize]) -> Result<(), (Reason, String)> {
         let (wa, wc) = (self.w(a), self.w(c));
         if self.has_reduce(wa) {
-            return Err((Reason::ReductionNotAllowed, "a prologue holds no reduction (statistics stay upstream)".into()));
+            return Err((
+                Reason::ReductionNotAllowed,
+                "a prologue holds no reduction (statistics stay upstream)".into(),
+            ));
         }
         let anchor = wc.anchor.unwrap();
         let a_shape = &self.g.node(self.g.node(anchor).inputs[0]).shape;
         if wa.members.iter().any(|m| self.g.node(*m).shape != *a_shape) {
-            return Err((Reason::SpaceMismatch, "prologue ops must have the A operand's shape".into()));
+            return Err((
+                Reason::SpaceMismatch,
+                "prologue ops must have the A operand's shape".into(),
+            ));
         }
         let prologue = self.ancestors_in(wc, anchor);
-        let others: BTreeSet<NodeId> =
-            all.iter().filter(|x| **x != c).flat_map(|x| self.w(*x).members.iter().copied()).collect();
+        let others: BTreeSet<NodeId> = all
+            .iter()
+            .filter(|x| **x != c)
+            .flat_map(|x| self.w(*x).members.iter().copied())
+            .collect();
         for m in &wa.members {
             if self.is_output[m.idx()] {
                 return Err((Reason::OtherUsers, format!("{m} is a graph output")));
@@ -637,14 +701,20 @@ impl<'a> Planner<'a> {
                     || prologue.contains(u)
                     || (*u == anchor && self.g.node(anchor).inputs[1] != *m);
                 if !ok {
-                    return Err((Reason::NotAnOperand, format!("{m} is also used by {u}, not through the A operand")));
+                    return Err((
+                        Reason::NotAnOperand,
+                        format!("{m} is also used by {u}, not through the A operand"),
+                    ));
                 }
             }
         }
         for mm in &wc.members {
             for i in &self.g.node(*mm).inputs {
                 if self.g.node(*i).op.is_view() && wa.members.contains(&base_of(self.g, *i)) {
-                    return Err((Reason::ViewBoundary, format!("{mm} reads {} through a view", base_of(self.g, *i))));
+                    return Err((
+                        Reason::ViewBoundary,
+                        format!("{mm} reads {} through a view", base_of(self.g, *i)),
+                    ));
                 }
             }
         }
@@ -653,7 +723,10 @@ impl<'a> Planner<'a> {
 
     fn backstops(&self, members: &BTreeSet<NodeId>) -> Result<(), (Reason, String)> {
         if members.len() > MAX_GROUP_NODES {
-            return Err((Reason::GroupTooLarge, format!("{} ops > {MAX_GROUP_NODES}", members.len())));
+            return Err((
+                Reason::GroupTooLarge,
+                format!("{} ops > {MAX_GROUP_NODES}", members.len()),
+            ));
         }
         let mut ins = BTreeSet::new();
         for m in members {
@@ -664,9 +737,17 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        let outs = members.iter().filter(|m| self.is_output[m.idx()] || self.users[m.idx()].iter().any(|u| !members.contains(u))).count();
+        let outs = members
+            .iter()
+            .filter(|m| {
+                self.is_output[m.idx()] || self.users[m.idx()].iter().any(|u| !members.contains(u))
+            })
+            .count();
         if ins.len() + outs > MAX_KERNEL_BUFFERS {
-            return Err((Reason::GroupTooLarge, format!("{} kernel buffers > {MAX_KERNEL_BUFFERS}", ins.len() + outs)));
+            return Err((
+                Reason::GroupTooLarge,
+                format!("{} kernel buffers > {MAX_KERNEL_BUFFERS}", ins.len() + outs),
+            ));
         }
         Ok(())
     }
@@ -675,7 +756,14 @@ impl<'a> Planner<'a> {
         self.w(i).members.iter().copied().collect()
     }
 
-    fn rejected(&self, rule: Option<Rule>, a: usize, bs: &[usize], reason: Reason, detail: String) -> Candidate {
+    fn rejected(
+        &self,
+        rule: Option<Rule>,
+        a: usize,
+        bs: &[usize],
+        reason: Reason,
+        detail: String,
+    ) -> Candidate {
         Candidate {
             rule,
             producer: self.members(a),
@@ -698,27 +786,51 @@ impl<'a> Planner<'a> {
 
     /// Score a move of group `a` into the groups `bs` (one for a plain merge; several when `a`
     /// is duplicated into each), the fused groups having `kind`/`anchor` per consumer.
-    fn score(&self, rule: Rule, a: usize, bs: &[usize], fused: &[(BTreeSet<NodeId>, GroupKind, Option<NodeId>)]) -> Candidate {
+    fn score(
+        &self,
+        rule: Rule,
+        a: usize,
+        bs: &[usize],
+        fused: &[(BTreeSet<NodeId>, GroupKind, Option<NodeId>)],
+    ) -> Candidate {
         let mut parts = vec![self.group_cost(a)];
         parts.extend(bs.iter().map(|b| self.group_cost(*b)));
         let parts: Vec<KernelCost> = match parts.into_iter().collect::<Result<_, _>>() {
             Ok(p) => p,
-            Err(e) => return self.rejected(Some(rule), a, bs, Reason::Capacity, format!("a part has no feasible tiling: {e}")),
+            Err(e) => {
+                return self.rejected(
+                    Some(rule),
+                    a,
+                    bs,
+                    Reason::Capacity,
+                    format!("a part has no feasible tiling: {e}"),
+                )
+            }
         };
         let mut fk = Vec::new();
         for (m, k, an) in fused {
             match self.cost(m, *k, *an) {
                 Ok(c) => fk.push(c),
-                Err(e) => return self.rejected(Some(rule), a, bs, Reason::Capacity, format!("fused: {e}")),
+                Err(e) => {
+                    return self.rejected(
+                        Some(rule),
+                        a,
+                        bs,
+                        Reason::Capacity,
+                        format!("fused: {e}"),
+                    )
+                }
             }
         }
         let parts_us: f64 = parts.iter().map(|c| c.time_us).sum();
         let fused_us: f64 = fk.iter().map(|c| c.time_us).sum();
-        let bytes_saved = parts.iter().map(|c| c.bytes).sum::<f64>() - fk.iter().map(|c| c.bytes).sum::<f64>();
+        let bytes_saved =
+            parts.iter().map(|c| c.bytes).sum::<f64>() - fk.iter().map(|c| c.bytes).sum::<f64>();
         let launches_saved = (parts.len() - fk.len()) as i64;
         let comp_parts: f64 = parts.iter().map(|c| c.compute_us).sum();
         let comp_fused: f64 = fk.iter().map(|c| c.compute_us).sum();
-        let tiling_loss_us: f64 = fk.iter().map(|c| c.time_us - c.launch_us - c.unconstrained_exec_us).sum();
+        let tiling_loss_us: f64 =
+            fk.iter().map(|c| c.time_us - c.launch_us - c.unconstrained_exec_us).sum();
         let benefit_us = parts_us - fused_us;
         // Model error scales with the time the merge changes, not with compute both sides keep.
         // The floor shrinks for parts that launch cheaply (inline calls on the host).
@@ -728,12 +840,19 @@ impl<'a> Planner<'a> {
         // No risk to hedge when the fused kernel repeats no work and loses nothing to tiling:
         // then the benefit is the saved traffic and launches, and the floor suffices.
         let safe = recompute_us < 1e-9 && tiling_loss_us < 1e-9;
-        let margin_us = if safe { floor } else { f64::max(floor, 0.03 * (parts_us - comp_parts.min(comp_fused))) };
+        let margin_us = if safe {
+            floor
+        } else {
+            f64::max(floor, 0.03 * (parts_us - comp_parts.min(comp_fused)))
+        };
         let onchip = fk.first().map(|c| c.onchip.clone()).unwrap_or_default();
         let decision = if benefit_us > margin_us {
             Decision::Accepted { step: 0 }
         } else {
-            Decision::Rejected { reason: Reason::NotProfitable, detail: format!("benefit {benefit_us:.2} us <= margin {margin_us:.2} us") }
+            Decision::Rejected {
+                reason: Reason::NotProfitable,
+                detail: format!("benefit {benefit_us:.2} us <= margin {margin_us:.2} us"),
+            }
         };
         Candidate {
             rule: Some(rule),
@@ -746,7 +865,8 @@ impl<'a> Planner<'a> {
             bytes_saved: bytes_saved.round() as i64,
             bytes_saved_us: bytes_saved / self.target.bandwidth_bytes_per_us,
             launches_saved,
-            launches_saved_us: parts.iter().map(|c| c.launch_us).sum::<f64>() - fk.iter().map(|c| c.launch_us).sum::<f64>(),
+            launches_saved_us: parts.iter().map(|c| c.launch_us).sum::<f64>()
+                - fk.iter().map(|c| c.launch_us).sum::<f64>(),
             tiling_loss_us,
             recompute_us,
             onchip,
@@ -759,7 +879,8 @@ impl<'a> Planner<'a> {
         match self.check_pair(a, b) {
             Err((rule, reason, detail)) => self.rejected(rule, a, &[b], reason, detail),
             Ok((rule, kind, anchor)) => {
-                let m: BTreeSet<NodeId> = self.w(a).members.union(&self.w(b).members).copied().collect();
+                let m: BTreeSet<NodeId> =
+                    self.w(a).members.union(&self.w(b).members).copied().collect();
                 self.score(rule, a, &[b], &[(m, kind, anchor)])
             }
         }
@@ -800,7 +921,8 @@ impl<'a> Planner<'a> {
         let fused: Vec<_> = cs
             .iter()
             .map(|c| {
-                let m: BTreeSet<NodeId> = self.w(a).members.union(&self.w(*c).members).copied().collect();
+                let m: BTreeSet<NodeId> =
+                    self.w(a).members.union(&self.w(*c).members).copied().collect();
                 (m, GroupKind::MatMul, self.w(*c).anchor)
             })
             .collect();
@@ -813,7 +935,8 @@ impl<'a> Planner<'a> {
     }
 
     fn moves(&self) -> Vec<(Candidate, Move)> {
-        let live: Vec<usize> = (0..self.groups.len()).filter(|i| self.groups[*i].is_some()).collect();
+        let live: Vec<usize> =
+            (0..self.groups.len()).filter(|i| self.groups[*i].is_some()).collect();
         let mut out = Vec::new();
         for &b in &live {
             for a in self.preds(b) {
@@ -841,7 +964,11 @@ impl<'a> Planner<'a> {
 
     fn a_operands(&self, i: usize) -> BTreeSet<NodeId> {
         let w = self.w(i);
-        w.members.iter().filter(|m| self.g.node(**m).op == Op::MatMul).map(|m| self.g.node(*m).inputs[0]).collect()
+        w.members
+            .iter()
+            .filter(|m| self.g.node(**m).op == Op::MatMul)
+            .map(|m| self.g.node(*m).inputs[0])
+            .collect()
     }
 
     /// Matmul groups whose matmuls read the same A operand.
@@ -855,8 +982,18 @@ impl<'a> Planner<'a> {
         if let Err((reason, detail)) = self.rule_on(rule) {
             return self.rejected(Some(rule), a, &[b], reason, detail);
         }
-        if self.preds(b).contains(&a) || self.preds(a).contains(&b) || self.indirect_path(a, b, &[]) || self.indirect_path(b, a, &[]) {
-            return self.rejected(Some(rule), a, &[b], Reason::Cycle, "one sibling depends on the other".into());
+        if self.preds(b).contains(&a)
+            || self.preds(a).contains(&b)
+            || self.indirect_path(a, b, &[])
+            || self.indirect_path(b, a, &[])
+        {
+            return self.rejected(
+                Some(rule),
+                a,
+                &[b],
+                Reason::Cycle,
+                "one sibling depends on the other".into(),
+            );
         }
         let m: BTreeSet<NodeId> = self.w(a).members.union(&self.w(b).members).copied().collect();
         if let Err((reason, detail)) = self.backstops(&m) {
@@ -870,7 +1007,10 @@ impl<'a> Planner<'a> {
         Move { a, bs: bs.to_vec(), versions, sibling: false }
     }
     fn current(&self, m: &Move) -> bool {
-        std::iter::once(m.a).chain(m.bs.iter().copied()).zip(&m.versions).all(|(i, v)| self.groups[i].as_ref().is_some_and(|w| w.version == *v))
+        std::iter::once(m.a)
+            .chain(m.bs.iter().copied())
+            .zip(&m.versions)
+            .all(|(i, v)| self.groups[i].as_ref().is_some_and(|w| w.version == *v))
     }
     fn rescore(&self, m: &Move) -> Option<Candidate> {
         if self.groups[m.a].is_none() || m.bs.iter().any(|b| self.groups[*b].is_none()) {
@@ -922,23 +1062,47 @@ impl<'a> Planner<'a> {
             let Some(f) = match_flash(g, &self.users, id) else { continue };
             let mut members: BTreeSet<NodeId> = f.chain.iter().copied().collect();
             members.extend([f.qk, f.max, f.shift, f.exp, f.sum, f.div, f.pv]);
-            let gs: Vec<usize> = members.iter().flat_map(|m| self.owners(*m)).collect::<BTreeSet<_>>().into_iter().collect();
+            let gs: Vec<usize> = members
+                .iter()
+                .flat_map(|m| self.owners(*m))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
             if gs.iter().any(|i| self.w(*i).members.iter().any(|m| !members.contains(m))) {
                 continue; // already fused otherwise (seeded plans)
             }
             let (a, bs) = (gs[0], gs[1..].to_vec());
             let mut c = match self.rule_on(Rule::FlashAttention) {
-                Err((reason, detail)) => self.rejected(Some(Rule::FlashAttention), a, &bs, reason, detail),
-                Ok(()) => self.score(Rule::FlashAttention, a, &bs, &[(members.clone(), GroupKind::FlashAttention, Some(f.pv))]),
+                Err((reason, detail)) => {
+                    self.rejected(Some(Rule::FlashAttention), a, &bs, reason, detail)
+                }
+                Ok(()) => self.score(
+                    Rule::FlashAttention,
+                    a,
+                    &bs,
+                    &[(members.clone(), GroupKind::FlashAttention, Some(f.pv))],
+                ),
             };
             if let Decision::Accepted { .. } = c.decision {
-                c.decision = Decision::Accepted { step: log.iter().filter(|c| matches!(c.decision, Decision::Accepted { .. })).count() + 1 };
+                c.decision = Decision::Accepted {
+                    step: log
+                        .iter()
+                        .filter(|c| matches!(c.decision, Decision::Accepted { .. }))
+                        .count()
+                        + 1,
+                };
                 let mut rules = BTreeSet::new();
                 rules.insert(Rule::FlashAttention);
                 for i in &gs {
                     self.groups[*i] = None;
                 }
-                self.groups[a] = Some(WGroup { kind: GroupKind::FlashAttention, members, anchor: Some(f.pv), rules, version: 1 });
+                self.groups[a] = Some(WGroup {
+                    kind: GroupKind::FlashAttention,
+                    members,
+                    anchor: Some(f.pv),
+                    rules,
+                    version: 1,
+                });
             }
             log.push(c);
         }
@@ -958,21 +1122,33 @@ impl<'a> Planner<'a> {
                 let Ok(whole) = self.group_cost(i) else { continue };
                 for &m in &w.members {
                     let internal_users = self.users[m.idx()].iter().any(|u| w.members.contains(u));
-                    let internal_inputs = self.g.node(m).inputs.iter().any(|x| w.members.contains(x));
+                    let internal_inputs =
+                        self.g.node(m).inputs.iter().any(|x| w.members.contains(x));
                     if internal_users && internal_inputs {
                         continue; // not on the boundary: removing it could form a cycle
                     }
-                    let rest: BTreeSet<NodeId> = w.members.iter().copied().filter(|x| *x != m).collect();
+                    let rest: BTreeSet<NodeId> =
+                        w.members.iter().copied().filter(|x| *x != m).collect();
                     if space_of(self.g, &rest.iter().copied().collect::<Vec<_>>()).is_none() {
                         continue;
                     }
                     let single: BTreeSet<NodeId> = [m].into_iter().collect();
-                    let (Ok(cr), Ok(cs)) = (self.cost(&rest, GroupKind::Elementwise, None), self.cost(&single, GroupKind::Elementwise, None)) else { continue };
+                    let (Ok(cr), Ok(cs)) = (
+                        self.cost(&rest, GroupKind::Elementwise, None),
+                        self.cost(&single, GroupKind::Elementwise, None),
+                    ) else {
+                        continue;
+                    };
                     let split = cr.time_us + cs.time_us;
                     let margin = f64::max(self.margin_floor(), 0.03 * split);
                     if whole.time_us - split > margin {
-                        let step = log.iter().filter(|c| matches!(c.decision, Decision::Accepted { .. })).count() + 1;
-                        let mut c = self.rejected(None, i, &[], Reason::NotProfitable, String::new());
+                        let step = log
+                            .iter()
+                            .filter(|c| matches!(c.decision, Decision::Accepted { .. }))
+                            .count()
+                            + 1;
+                        let mut c =
+                            self.rejected(None, i, &[], Reason::NotProfitable, String::new());
                         c.producer = vec![m];
                         c.consumers = vec![rest.iter().copied().collect()];
                         c.parts_us = whole.time_us;
@@ -984,7 +1160,13 @@ impl<'a> Planner<'a> {
                         let wr = self.groups[i].as_mut().unwrap();
                         wr.members = rest;
                         wr.version += 1;
-                        self.groups.push(Some(WGroup { kind: GroupKind::Elementwise, members: single, anchor: None, rules: BTreeSet::new(), version: 0 }));
+                        self.groups.push(Some(WGroup {
+                            kind: GroupKind::Elementwise,
+                            members: single,
+                            anchor: None,
+                            rules: BTreeSet::new(),
+                            version: 0,
+                        }));
                         changed = true;
                         break;
                     }
@@ -995,13 +1177,26 @@ impl<'a> Planner<'a> {
 }
 
 /// Plan one canonical graph.
-pub fn plan(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64)], target: &Target) -> Plan {
+pub fn plan(
+    g: &Graph,
+    opt_level: u8,
+    rules: RuleSet,
+    hints: &[(String, i64)],
+    target: &Target,
+) -> Plan {
     plan_from(g, opt_level, rules, hints, target, None)
 }
 
 /// Plan starting from the groups of an earlier plan (`None`: one group per op). Planning the
 /// result of a plan again changes nothing.
-pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64)], target: &Target, seed: Option<&[Group]>) -> Plan {
+pub fn plan_from(
+    g: &Graph,
+    opt_level: u8,
+    rules: RuleSet,
+    hints: &[(String, i64)],
+    target: &Target,
+    seed: Option<&[Group]>,
+) -> Plan {
     let mut is_output = vec![false; g.nodes.len()];
     for o in &g.outputs {
         is_output[o.idx()] = true;
@@ -1023,28 +1218,56 @@ pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64
             Op::Concat { .. } => GroupKind::Concat,
             _ => GroupKind::Elementwise,
         };
-        WGroup { kind, members: [id].into_iter().collect(), anchor: (kind == GroupKind::MatMul).then_some(id), rules: BTreeSet::new(), version: 0 }
+        WGroup {
+            kind,
+            members: [id].into_iter().collect(),
+            anchor: (kind == GroupKind::MatMul).then_some(id),
+            rules: BTreeSet::new(),
+            version: 0,
+        }
     };
     match seed {
-        None => p.groups = g.ids().filter(|id| is_member_op(&g.node(*id).op)).map(|id| Some(singleton(id))).collect(),
+        None => {
+            p.groups = g
+                .ids()
+                .filter(|id| is_member_op(&g.node(*id).op))
+                .map(|id| Some(singleton(id)))
+                .collect()
+        }
         Some(groups) => {
             p.groups = groups
                 .iter()
-                .map(|gr| Some(WGroup { kind: gr.kind, members: gr.nodes.iter().copied().collect(), anchor: gr.anchor, rules: gr.rules.iter().copied().collect(), version: 0 }))
+                .map(|gr| {
+                    Some(WGroup {
+                        kind: gr.kind,
+                        members: gr.nodes.iter().copied().collect(),
+                        anchor: gr.anchor,
+                        rules: gr.rules.iter().copied().collect(),
+                        version: 0,
+                    })
+                })
                 .collect()
         }
     }
-    let unfused: Vec<KernelCost> = g.ids().filter(|id| is_member_op(&g.node(*id).op)).filter_map(|id| {
-        let s = singleton(id);
-        p.cost(&s.members, s.kind, s.anchor).ok()
-    }).collect();
+    let unfused: Vec<KernelCost> = g
+        .ids()
+        .filter(|id| is_member_op(&g.node(*id).op))
+        .filter_map(|id| {
+            let s = singleton(id);
+            p.cost(&s.members, s.kind, s.anchor).ok()
+        })
+        .collect();
     let mut log: Vec<Candidate> = Vec::new();
     if opt_level > 0 {
         p.flash(&mut log);
         let mut heap: BinaryHeap<HeapEntry> = BinaryHeap::new();
         let push = |heap: &mut BinaryHeap<HeapEntry>, c: &Candidate, mv: Move| {
             if let Decision::Accepted { .. } = c.decision {
-                heap.push(HeapEntry { benefit: c.benefit_us, key: (c.producer.clone(), c.consumers.clone()), mv });
+                heap.push(HeapEntry {
+                    benefit: c.benefit_us,
+                    key: (c.producer.clone(), c.consumers.clone()),
+                    mv,
+                });
             }
         };
         for (c, mv) in p.moves() {
@@ -1063,7 +1286,13 @@ pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64
             }
             let Decision::Accepted { .. } = c.decision else { continue };
             let mut c = c;
-            c.decision = Decision::Accepted { step: log.iter().filter(|c| matches!(c.decision, Decision::Accepted { .. })).count() + 1 };
+            c.decision = Decision::Accepted {
+                step: log
+                    .iter()
+                    .filter(|c| matches!(c.decision, Decision::Accepted { .. }))
+                    .count()
+                    + 1,
+            };
             p.apply(c.rule.unwrap(), &top.mv);
             log.push(c);
             // New candidates around the changed groups.
@@ -1088,7 +1317,12 @@ pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64
     let mut pipeline = false;
     if opt_level > 0 && groups.len() > 1 {
         let edges: usize = (0..groups.len())
-            .map(|k| groups[..k].iter().filter(|e| e.outputs.iter().any(|o| groups[k].inputs.contains(o))).count())
+            .map(|k| {
+                groups[..k]
+                    .iter()
+                    .filter(|e| e.outputs.iter().any(|o| groups[k].inputs.contains(o)))
+                    .count()
+            })
             .sum();
         let n = groups.len() as f64;
         let launch = target.launch_us;
@@ -1122,9 +1356,18 @@ pub fn plan_from(g: &Graph, opt_level: u8, rules: RuleSet, hints: &[(String, i64
                 pipeline = true;
                 total_us = fused_us;
                 launches_saved += groups.len() as i64 - 1;
-                Decision::Accepted { step: candidates.iter().filter(|c| matches!(c.decision, Decision::Accepted { .. })).count() + 1 }
+                Decision::Accepted {
+                    step: candidates
+                        .iter()
+                        .filter(|c| matches!(c.decision, Decision::Accepted { .. }))
+                        .count()
+                        + 1,
+                }
             }
-            Ok(()) => Decision::Rejected { reason: Reason::NotProfitable, detail: format!("benefit {benefit_us:.2} us <= margin {margin_us:.2} us") },
+            Ok(()) => Decision::Rejected {
+                reason: Reason::NotProfitable,
+                detail: format!("benefit {benefit_us:.2} us <= margin {margin_us:.2} us"),
+            },
         };
         candidates.push(c);
     }

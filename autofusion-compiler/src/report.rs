@@ -8,7 +8,10 @@ use std::fmt::Write;
 
 /// Ops that run as kernels (views, parameters and constants do not).
 pub fn kernel_ops(g: &Graph) -> usize {
-    g.nodes.iter().filter(|n| !matches!(n.op, Op::Param { .. } | Op::Const { .. }) && !n.op.is_view()).count()
+    g.nodes
+        .iter()
+        .filter(|n| !matches!(n.op, Op::Param { .. } | Op::Const { .. }) && !n.op.is_view())
+        .count()
 }
 
 /// The seed-style summary (DESIGN.md section 5).
@@ -32,7 +35,9 @@ pub fn summary(g: &Graph, plan: &Plan, files: &[String]) -> Vec<String> {
 }
 
 pub fn plan_json(g: &Graph, plan: &Plan) -> String {
-    let node_names = |ids: &[crate::ir::NodeId]| -> Vec<String> { ids.iter().map(|i| format!("{i} {}", g.node(*i).name)).collect() };
+    let node_names = |ids: &[crate::ir::NodeId]| -> Vec<String> {
+        ids.iter().map(|i| format!("{i} {}", g.node(*i).name)).collect()
+    };
     let groups: Vec<_> = plan
         .groups
         .iter()
@@ -104,12 +109,30 @@ pub fn report_md(g: &Graph, plan: &Plan, summary: &[String]) -> String {
     for l in summary {
         let _ = writeln!(s, "    {l}");
     }
-    let _ = writeln!(s, "\nopt_level {}, rules: {}, target `{}`; dynamic dims estimated at {}.\n", plan.opt_level, plan.rules.join(", "), plan.target.name,
-        if plan.hints.is_empty() { "128".to_string() } else { plan.hints.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ") });
-    let not_yet: Vec<&str> = crate::plan::Rule::ALL.iter().filter(|r| !r.implemented() && plan.rules.iter().any(|n| n == r.name())).map(|r| r.name()).collect();
+    let _ = writeln!(
+        s,
+        "\nopt_level {}, rules: {}, target `{}`; dynamic dims estimated at {}.\n",
+        plan.opt_level,
+        plan.rules.join(", "),
+        plan.target.name,
+        if plan.hints.is_empty() {
+            "128".to_string()
+        } else {
+            plan.hints.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
+        }
+    );
+    let not_yet: Vec<&str> = crate::plan::Rule::ALL
+        .iter()
+        .filter(|r| !r.implemented() && plan.rules.iter().any(|n| n == r.name()))
+        .map(|r| r.name())
+        .collect();
     let _ = writeln!(s, "Target `{}`: {}.\n", plan.target.name, plan.target.sources.join("; "));
     if !not_yet.is_empty() && plan.opt_level >= 3 {
-        let _ = writeln!(s, "Rules enabled but not implemented in this planner version (no groups formed): {}.\n", not_yet.join(", "));
+        let _ = writeln!(
+            s,
+            "Rules enabled but not implemented in this planner version (no groups formed): {}.\n",
+            not_yet.join(", ")
+        );
     }
     let _ = writeln!(s, "## Kernels\n\n| kernel | kind | rules | ops | writes | model us | tiling | on chip B |\n|---|---|---|---|---|---|---|---|");
     for (k, gr) in plan.groups.iter().enumerate() {
@@ -127,15 +150,23 @@ pub fn report_md(g: &Graph, plan: &Plan, summary: &[String]) -> String {
             gr.kind,
             gr.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", "),
             describe(g, gr),
-            gr.outputs.iter().map(|o| format!("{} {}", g.node(*o).name, shape_str(&g.node(*o).shape))).collect::<Vec<_>>().join(", ")
+            gr.outputs
+                .iter()
+                .map(|o| format!("{} {}", g.node(*o).name, shape_str(&g.node(*o).shape)))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let _ = writeln!(s, "\n## Candidates\n\nTimes in microseconds: parts, fused, benefit (= parts - fused) against the margin, and its terms: bytes saved, launches saved, tiling loss, recompute.\n\n| # | rule | producer | consumers | parts | fused | benefit | margin | bytes saved | bytes us | launches us | tiling loss | recompute | on chip B | decision |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, c) in plan.candidates.iter().enumerate() {
-        let names = |ids: &[crate::ir::NodeId]| ids.iter().map(|i| g.node(*i).name.clone()).collect::<Vec<_>>().join(" ");
+        let names = |ids: &[crate::ir::NodeId]| {
+            ids.iter().map(|i| g.node(*i).name.clone()).collect::<Vec<_>>().join(" ")
+        };
         let dec = match &c.decision {
             Decision::Accepted { step } => format!("accepted (step {step})"),
-            Decision::Rejected { reason, detail } => format!("rejected: {} ({detail})", reason.code()),
+            Decision::Rejected { reason, detail } => {
+                format!("rejected: {} ({detail})", reason.code())
+            }
         };
         let _ = writeln!(
             s,
@@ -169,7 +200,11 @@ pub fn dot(g: &Graph, plan: Option<&Plan>) -> String {
     let mut in_cluster = vec![false; g.nodes.len()];
     if let Some(p) = plan {
         for (k, gr) in p.groups.iter().enumerate() {
-            let _ = writeln!(s, "  subgraph cluster_k{k} {{\n    label=\"k{k} {}\"; style=rounded; color=blue;", gr.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join("+"));
+            let _ = writeln!(
+                s,
+                "  subgraph cluster_k{k} {{\n    label=\"k{k} {}\"; style=rounded; color=blue;",
+                gr.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join("+")
+            );
             for n in &gr.nodes {
                 if !in_cluster[n.idx()] {
                     let _ = writeln!(s, "    n{} [label=\"{}\"];", n.0, label(*n));

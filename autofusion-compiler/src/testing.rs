@@ -33,7 +33,10 @@ pub fn random_graph(seed: u64, n: usize) -> String {
         let a = r.pick(&full).clone();
         let b = r.pick(&full).clone();
         let e = match r.below(12) {
-            0 => format!("{}({a})", r.pick(&["silu", "tanh", "sigmoid", "relu", "gelu", "neg", "gelu_tanh"])),
+            0 => format!(
+                "{}({a})",
+                r.pick(&["silu", "tanh", "sigmoid", "relu", "gelu", "neg", "gelu_tanh"])
+            ),
             1 => format!("{a} {} {b}", r.pick(&["+", "-", "*"])),
             2 => format!("{a} * g + {}", r.pick(&["0.5", "g", "1.0"])),
             3 => format!("{a} - {}({b}, -1)", r.pick(&["mean", "max", "sum"])),
@@ -54,7 +57,10 @@ pub fn random_graph(seed: u64, n: usize) -> String {
         ("Tensor<f32, {[S, D]}>".to_string(), last)
     } else {
         let other = full[full.len() / 2].clone();
-        ("(Tensor<f32, {[S, D]}>, Tensor<f32, {[S, D]}>)".to_string(), format!("({last}, {other} + 1.0)"))
+        (
+            "(Tensor<f32, {[S, D]}>, Tensor<f32, {[S, D]}>)".to_string(),
+            format!("({last}, {other} + 1.0)"),
+        )
     };
     format!(
         "#[fused_graph(dims(D = 16, E = 24))]\nfn random_{seed}(x: Tensor<f32, {{[S, D]}}>, y: Tensor<f32, {{[S, D]}}>, g: Tensor<f32, {{[D]}}>, w: Tensor<f32, {{[D, D]}}>, we: Tensor<f32, {{[D, E]}}>, wb: Tensor<f32, {{[E, D]}}>) -> {ret} {{\n{body}    {tail}\n}}\n"

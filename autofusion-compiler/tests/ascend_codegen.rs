@@ -9,11 +9,16 @@ use std::process::Command;
 fn units(path: &str) -> Vec<Unit> {
     let src = std::fs::read_to_string(path).unwrap();
     let file = syn::parse_file(&src).unwrap();
-    find_graphs(&file.items).into_iter().map(|(f, a)| Unit::parse(a, f).unwrap_or_else(|d| panic!("{}", d.render(path, &src)))).collect()
+    find_graphs(&file.items)
+        .into_iter()
+        .map(|(f, a)| Unit::parse(a, f).unwrap_or_else(|d| panic!("{}", d.render(path, &src))))
+        .collect()
 }
 
 fn bisheng() -> Option<PathBuf> {
-    let root = std::env::var("ASCEND_HOME_PATH").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from("../ascend-sim"));
+    let root = std::env::var("ASCEND_HOME_PATH")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from("../ascend-sim"));
     let b = root.join("tools/bisheng_compiler/bin/bisheng");
     (b.exists() && root.join("lib64/libascendcl.so").exists()).then_some(b)
 }
@@ -28,7 +33,8 @@ fn layer_graphs_generate_and_compile() {
     let mut n = 0;
     for u in &all {
         for v in [Variant::Unfused, Variant::Fused] {
-            let (plan, src) = u.variant_ascend(v, &t).unwrap_or_else(|e| panic!("{}: {e}", u.name()));
+            let (plan, src) =
+                u.variant_ascend(v, &t).unwrap_or_else(|e| panic!("{}: {e}", u.name()));
             assert_eq!(src.kernels.len(), plan.groups.len());
             let f = dir.join(format!("{}.asc", u.symbol(v)));
             std::fs::write(&f, &src.code).unwrap();
@@ -39,7 +45,12 @@ fn layer_graphs_generate_and_compile() {
                     .arg(&f)
                     .output()
                     .unwrap();
-                assert!(out.status.success(), "{} does not compile:\n{}", f.display(), String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "{} does not compile:\n{}",
+                    f.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             n += 1;
         }

@@ -89,7 +89,16 @@ fn run(tag: &str, extra: &[&str]) -> Option<String> {
     std::fs::write(&src, format!("#define _POSIX_C_SOURCE 200809L\n{PRELUDE}\n{HARNESS}")).unwrap();
     let exe = dir.join("t");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc).args(CFLAGS).args(["-O2", "-Wall", "-Werror"]).args(extra).arg("-o").arg(&exe).arg(&src).arg("-lm").output().unwrap();
+    let out = Command::new(&cc)
+        .args(CFLAGS)
+        .args(["-O2", "-Wall", "-Werror"])
+        .args(extra)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg("-lm")
+        .output()
+        .unwrap();
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         if !extra.is_empty() && err.contains("sanitize") {
@@ -97,8 +106,12 @@ fn run(tag: &str, extra: &[&str]) -> Option<String> {
         }
         panic!("compiling the prelude harness ({tag}) failed:\n{err}");
     }
-    let res = Command::new(&exe).env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1").output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
+    let res = Command::new(&exe)
+        .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
+        .output()
+        .unwrap();
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
     assert!(res.status.success(), "prelude harness ({tag}) failed:\n{text}");
     Some(text)
 }
@@ -112,7 +125,15 @@ fn micro_kernels_and_exp_are_exact_on_every_tail() {
 
 #[test]
 fn micro_kernels_under_address_and_undefined_sanitizers() {
-    match run("asan", &["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g"]) {
+    match run(
+        "asan",
+        &[
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            "-fno-omit-frame-pointer",
+            "-g",
+        ],
+    ) {
         Some(text) => assert!(text.contains("portable 4x16: ok"), "{text}"),
         None => eprintln!("skipped: the C compiler has no sanitizer runtime"),
     }

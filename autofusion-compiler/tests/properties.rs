@@ -31,7 +31,11 @@ fn random_plans_are_valid_and_deterministic() {
             let target = &targets[r.below(2)];
             let hints = vec![("S".to_string(), [1i64, 7, 128, 2048][r.below(4)])];
             let p = plan(g, level, rules, &hints, target);
-            let ctx = format!("seed {seed}, opt_level {level}, rules {:?}, target {}\n{src}", rules.names(), target.name);
+            let ctx = format!(
+                "seed {seed}, opt_level {level}, rules {:?}, target {}\n{src}",
+                rules.names(),
+                target.name
+            );
             // Every op that runs as a kernel is computed by some group; ops in several groups
             // are duplicated prologue ops, never written.
             let mut seen: Vec<usize> = vec![0; g.nodes.len()];
@@ -46,7 +50,10 @@ fn random_plans_are_valid_and_deterministic() {
                 assert_eq!(seen[id.idx()] > 0, kernel_op, "{id} coverage: {ctx}");
                 if seen[id.idx()] > 1 {
                     assert!(op.is_elementwise(), "{id} duplicated but not elementwise: {ctx}");
-                    assert!(p.groups.iter().all(|gr| !gr.outputs.contains(&id)), "{id} duplicated and written: {ctx}");
+                    assert!(
+                        p.groups.iter().all(|gr| !gr.outputs.contains(&id)),
+                        "{id} duplicated and written: {ctx}"
+                    );
                 }
             }
             // Dependency order: a group reads only parameters and values written earlier.
@@ -67,7 +74,10 @@ fn random_plans_are_valid_and_deterministic() {
                     _ => assert_eq!(matmuls, 0, "{ctx}"),
                 }
                 // Capacity at the chosen tiling.
-                let c = gr.cost.as_ref().unwrap_or_else(|| panic!("every kernel has a feasible tiling: {ctx}"));
+                let c = gr
+                    .cost
+                    .as_ref()
+                    .unwrap_or_else(|| panic!("every kernel has a feasible tiling: {ctx}"));
                 for (m, b) in &c.onchip {
                     assert!(*b <= target.budget(m).unwrap(), "{m}: {b} B over budget: {ctx}");
                 }

@@ -30,7 +30,10 @@ fn target() -> Target {
         matrix_cores: 2,
         matmul_flops_per_us: 16_000.0,
         vector_flops_per_us: 4_000.0,
-        memories: vec![Memory { name: "l1".into(), bytes: 32 << 10 }, Memory { name: "l2".into(), bytes: 1 << 20 }],
+        memories: vec![
+            Memory { name: "l1".into(), bytes: 32 << 10 },
+            Memory { name: "l2".into(), bytes: 1 << 20 },
+        ],
         sources: vec!["fixed test profile".into()],
         ..Target::host()
     }
@@ -92,16 +95,24 @@ fn check_plan(level: u8, want: Expect) {
     o.opt_level = level;
     let u = Unit::with_options(o, &item).unwrap();
     let b = u.variant(Variant::Fused, &target());
-    let lines: Vec<String> = b.plan.groups.iter().enumerate().map(|(k, g)| {
-        let rules: Vec<&str> = g.rules.iter().map(|r| r.name()).collect();
-        format!("k{k} [{}] {}", rules.join(","), describe(&u.graph, g))
-    }).collect();
+    let lines: Vec<String> = b
+        .plan
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(k, g)| {
+            let rules: Vec<&str> = g.rules.iter().map(|r| r.name()).collect();
+            format!("k{k} [{}] {}", rules.join(","), describe(&u.graph, g))
+        })
+        .collect();
     want.assert_eq(&(lines.join("\n") + "\n"));
 }
 
 #[test]
 fn seed_layer_plans_per_opt_level() {
-    check_plan(1, expect![[r#"
+    check_plan(
+        1,
+        expect![[r#"
         k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
         k1 [] q: matmul
         k2 [] q: add
@@ -119,8 +130,11 @@ fn seed_layer_plans_per_opt_level() {
         k14 [elementwise_chain] f: add silu
         k15 [] out: matmul
         k16 [elementwise_chain] out: add add
-    "#]]);
-    check_plan(3, expect![[r#"
+    "#]],
+    );
+    check_plan(
+        3,
+        expect![[r#"
         k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
         k1 [linear_epilogue] q: matmul add
         k2 [linear_epilogue] k: matmul add
@@ -131,8 +145,11 @@ fn seed_layer_plans_per_opt_level() {
         k7 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
         k8 [elementwise_chain,linear_epilogue] f: matmul add silu
         k9 [linear_epilogue] out: matmul add add
-    "#]]);
-    check_plan(2, expect![[r#"
+    "#]],
+    );
+    check_plan(
+        2,
+        expect![[r#"
         k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
         k1 [linear_epilogue] q: matmul add
         k2 [linear_epilogue] k: matmul add
@@ -145,7 +162,8 @@ fn seed_layer_plans_per_opt_level() {
         k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
         k10 [elementwise_chain,linear_epilogue] f: matmul add silu
         k11 [linear_epilogue] out: matmul add add
-    "#]]);
+    "#]],
+    );
 }
 
 #[test]
@@ -184,23 +202,43 @@ fn the_report_explains_every_candidate() {
     assert!(md.contains("| k0 |") && md.contains("## Candidates"));
 }
 
-
 #[test]
 fn planning_a_fused_plan_again_changes_nothing() {
     let src = std::fs::read_to_string("../tests/layers/mod.rs").unwrap();
     let file = syn::parse_file(&src).unwrap();
-    let mut graphs: Vec<Unit> = find_graphs(&file.items).into_iter().map(|(f, a)| Unit::parse(a, f).unwrap()).collect();
+    let mut graphs: Vec<Unit> =
+        find_graphs(&file.items).into_iter().map(|(f, a)| Unit::parse(a, f).unwrap()).collect();
     graphs.push(seed());
     for u in graphs {
         for level in 1..=3 {
             let o = &u.lowered.options;
-            let first = autofusion_compiler::plan::plan(&u.graph, level, o.rules, &o.hints, &target());
-            let again = autofusion_compiler::plan::plan_from(&u.graph, level, o.rules, &o.hints, &target(), Some(&first.groups));
-            let nodes = |p: &autofusion_compiler::plan::Plan| p.groups.iter().map(|g| g.nodes.clone()).collect::<Vec<_>>();
+            let first =
+                autofusion_compiler::plan::plan(&u.graph, level, o.rules, &o.hints, &target());
+            let again = autofusion_compiler::plan::plan_from(
+                &u.graph,
+                level,
+                o.rules,
+                &o.hints,
+                &target(),
+                Some(&first.groups),
+            );
+            let nodes = |p: &autofusion_compiler::plan::Plan| {
+                p.groups.iter().map(|g| g.nodes.clone()).collect::<Vec<_>>()
+            };
             assert_eq!(nodes(&first), nodes(&again), "{} at opt_level {level}", u.name());
             assert_eq!(first.pipeline, again.pipeline);
-            let merges = again.candidates.iter().filter(|c| c.rule != Some(autofusion_compiler::plan::Rule::Pipeline));
-            assert!(merges.clone().all(|c| !matches!(c.decision, autofusion_compiler::plan::Decision::Accepted { .. })), "{}: no merge left", u.name());
+            let merges = again
+                .candidates
+                .iter()
+                .filter(|c| c.rule != Some(autofusion_compiler::plan::Rule::Pipeline));
+            assert!(
+                merges.clone().all(|c| !matches!(
+                    c.decision,
+                    autofusion_compiler::plan::Decision::Accepted { .. }
+                )),
+                "{}: no merge left",
+                u.name()
+            );
         }
     }
 }

@@ -28,7 +28,8 @@ fn expand(unit: &Unit, f: &syn::ItemFn) -> proc_macro2::TokenStream {
     let name = &f.sig.ident;
     let attrs: Vec<&syn::Attribute> = f.attrs.iter().filter(|a| a.path().is_ident("doc")).collect();
     let sig = &unit.lowered.sig;
-    let params: Vec<syn::Ident> = sig.params.iter().map(|(n, _, _)| format_ident!("{}", n)).collect();
+    let params: Vec<syn::Ident> =
+        sig.params.iter().map(|(n, _, _)| format_ident!("{}", n)).collect();
     let n_out = sig.outputs.len();
     let ret = if sig.tuple_return {
         let ts = (0..n_out).map(|_| quote!(::autofusion::Tensor));

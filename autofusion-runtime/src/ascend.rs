@@ -54,7 +54,13 @@ fn check(device: u32, call: &str, code: sys::aclError) -> Result<()> {
         return Ok(());
     }
     let msg = recent_msg();
-    Err(Error::Device { device: device_name(device), msg: format!("{call} failed with ACL error {code}{}", if msg.is_empty() { String::new() } else { format!(": {msg}") }) })
+    Err(Error::Device {
+        device: device_name(device),
+        msg: format!(
+            "{call} failed with ACL error {code}{}",
+            if msg.is_empty() { String::new() } else { format!(": {msg}") }
+        ),
+    })
 }
 
 /// `aclInit` once per process (never finalised: ACL forbids a second `aclInit`).
@@ -82,7 +88,10 @@ fn use_device(device: u32) -> Result<()> {
     // SAFETY: plain out-parameter.
     check(device, "aclrtGetDeviceCount", unsafe { sys::aclrtGetDeviceCount(&mut count) })?;
     if device >= count {
-        return Err(Error::Device { device: device_name(device), msg: format!("this machine has {count} Ascend device(s)") });
+        return Err(Error::Device {
+            device: device_name(device),
+            msg: format!("this machine has {count} Ascend device(s)"),
+        });
     }
     // SAFETY: the id was checked against the count.
     check(device, "aclrtSetDevice", unsafe { sys::aclrtSetDevice(device as i32) })?;
@@ -111,7 +120,11 @@ impl DevBuf {
         let mut ptr = std::ptr::null_mut();
         // SAFETY: out-parameter; the size is at least 1.
         check(device, &format!("aclrtMalloc({bytes} bytes)"), unsafe {
-            sys::aclrtMalloc(&mut ptr, bytes.max(1), sys::aclrtMemMallocPolicy_ACL_MEM_MALLOC_HUGE_FIRST)
+            sys::aclrtMalloc(
+                &mut ptr,
+                bytes.max(1),
+                sys::aclrtMemMallocPolicy_ACL_MEM_MALLOC_HUGE_FIRST,
+            )
         })?;
         Ok(DevBuf { ptr, bytes: bytes.max(1), device })
     }
@@ -228,22 +241,38 @@ impl AscendModule {
     /// # Safety
     /// `launch` and `json` must be the `<symbol>_launch` and `<symbol>_ascend_json` functions
     /// generated for this graph by autofusion's Ascend C generator.
-    pub unsafe fn from_raw(graph: Graph, launch: LaunchFn, json: unsafe extern "C" fn() -> *const c_char, symbol: &str) -> Result<AscendModule> {
+    pub unsafe fn from_raw(
+        graph: Graph,
+        launch: LaunchFn,
+        json: unsafe extern "C" fn() -> *const c_char,
+        symbol: &str,
+    ) -> Result<AscendModule> {
         let err = |msg: String| Error::Module { symbol: symbol.to_string(), msg };
         let p = json();
         if p.is_null() {
             return Err(err("the Ascend module JSON is null".into()));
         }
-        let meta: AscendMeta = serde_json::from_slice(CStr::from_ptr(p).to_bytes()).map_err(|e| err(format!("bad Ascend metadata: {e}")))?;
+        let meta: AscendMeta = serde_json::from_slice(CStr::from_ptr(p).to_bytes())
+            .map_err(|e| err(format!("bad Ascend metadata: {e}")))?;
         if graph.dyn_dims.len() > ASCEND_MAX_DIMS {
-            return Err(err(format!("{} dynamic dims; the Ascend args table holds {ASCEND_MAX_DIMS}", graph.dyn_dims.len())));
+            return Err(err(format!(
+                "{} dynamic dims; the Ascend args table holds {ASCEND_MAX_DIMS}",
+                graph.dyn_dims.len()
+            )));
         }
         for b in &meta.buffers {
             if b.0 as usize >= graph.nodes.len() {
                 return Err(err(format!("buffer {b} is not a node of graph `{}`", graph.name)));
             }
         }
-        Ok(AscendModule { symbol: symbol.into(), graph, meta, launch, plans: Mutex::new(HashMap::new()), devices: Mutex::new(HashMap::new()) })
+        Ok(AscendModule {
+            symbol: symbol.into(),
+            graph,
+            meta,
+            launch,
+            plans: Mutex::new(HashMap::new()),
+            devices: Mutex::new(HashMap::new()),
+        })
     }
 
     pub fn graph(&self) -> &Graph {
@@ -271,7 +300,13 @@ impl AscendModule {
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
         let dim_err = |msg: String| Error::Dims { graph: g.name.clone(), msg };
         let eval = |d: &autofusion_compiler::dim::DimExpr| d.eval(&bind).unwrap_or(0);
-        let shape = |id: NodeId| -> Result<Vec<usize>> { g.node(id).shape.iter().map(|d| d.eval(&bind).map(|v| v as usize).map_err(dim_err)).collect() };
+        let shape = |id: NodeId| -> Result<Vec<usize>> {
+            g.node(id)
+                .shape
+                .iter()
+                .map(|d| d.eval(&bind).map(|v| v as usize).map_err(dim_err))
+                .collect()
+        };
         let kerr = |msg: String| Error::Module { symbol: self.symbol.clone(), msg };
         // The pipeline runs every kernel in one mix launch of all 1:2 groups.
         let pipeline_aivs = self.meta.pipeline.then_some(ASCEND_AIV);
@@ -343,7 +378,10 @@ impl AscendModule {
             if !self.meta.buffers.contains(&pnodes[i]) {
                 continue;
             }
-            let fresh = st.params.get(&i).map_or(true, |(stamp, buf)| *stamp != t.stamp() || buf.bytes < t.nbytes());
+            let fresh = st
+                .params
+                .get(&i)
+                .map_or(true, |(stamp, buf)| *stamp != t.stamp() || buf.bytes < t.nbytes());
             if fresh {
                 st.params.remove(&i);
                 let buf = DevBuf::new(device, t.nbytes())?;
@@ -371,22 +409,41 @@ impl AscendModule {
         arena.upload(plan.args_off, &as_bytes(&args))?;
         let tilings: Vec<AscendTiling> = plan.launches.iter().map(|l| l.tiling).collect();
         // SAFETY: AscendTiling is repr(C) plain data.
-        let tb = unsafe { std::slice::from_raw_parts(tilings.as_ptr() as *const u8, std::mem::size_of_val(&tilings[..])) };
+        let tb = unsafe {
+            std::slice::from_raw_parts(
+                tilings.as_ptr() as *const u8,
+                std::mem::size_of_val(&tilings[..]),
+            )
+        };
         arena.upload(plan.tilings_off, tb)?;
-        let (pa, pt, pw) = (arena.addr(plan.args_off) as *mut u8, arena.addr(plan.tilings_off) as *mut u8, arena.addr(plan.ws_off) as *mut u8);
+        let (pa, pt, pw) = (
+            arena.addr(plan.args_off) as *mut u8,
+            arena.addr(plan.tilings_off) as *mut u8,
+            arena.addr(plan.ws_off) as *mut u8,
+        );
         let launch = |k: usize, block_dim: u32| -> Result<()> {
             // SAFETY: the launcher was generated with this module; the three pointers are
             // device addresses inside the arena, laid out as the kernels read them.
             let rc = unsafe { (self.launch)(k as u32, block_dim, st.stream, pa, pt, pw) };
             if rc != 0 {
-                return Err(Error::Module { symbol: self.symbol.clone(), msg: format!("the launcher rejected kernel {k} (code {rc})") });
+                return Err(Error::Module {
+                    symbol: self.symbol.clone(),
+                    msg: format!("the launcher rejected kernel {k} (code {rc})"),
+                });
             }
             Ok(())
         };
-        let kname = |k: usize| self.meta.kernels.get(k).map_or_else(|| "the pipeline".to_string(), |k| format!("kernel `{}` ({})", k.name, k.ops));
+        let kname = |k: usize| {
+            self.meta.kernels.get(k).map_or_else(
+                || "the pipeline".to_string(),
+                |k| format!("kernel `{}` ({})", k.name, k.ops),
+            )
+        };
         let sync = |what: String| -> Result<()> {
             // SAFETY: the stream belongs to this device state.
-            check(device, &format!("aclrtSynchronizeStream after {what} of `{}`", g.name), unsafe { sys::aclrtSynchronizeStream(st.stream) })
+            check(device, &format!("aclrtSynchronizeStream after {what} of `{}`", g.name), unsafe {
+                sys::aclrtSynchronizeStream(st.stream)
+            })
         };
         match plan.pipeline_groups {
             Some(groups) if plan.launches.iter().any(|l| !l.empty) => {
@@ -407,7 +464,10 @@ impl AscendModule {
         let mut outs = Vec::new();
         for (o, s) in g.outputs.iter().zip(&plan.out_shapes) {
             let mut t = Tensor::zeros(g.node(*o).dtype, s);
-            let j = self.meta.buffers.iter().position(|b| b == o).ok_or_else(|| Error::Module { symbol: self.symbol.clone(), msg: format!("output `{}` is not a module buffer", g.node(*o).name) })?;
+            let j = self.meta.buffers.iter().position(|b| b == o).ok_or_else(|| Error::Module {
+                symbol: self.symbol.clone(),
+                msg: format!("output `{}` is not a module buffer", g.node(*o).name),
+            })?;
             let n = t.nbytes();
             // SAFETY: `as_mut_ptr` points at `nbytes` bytes of the new tensor's storage.
             let dst = unsafe { std::slice::from_raw_parts_mut(t.as_mut_ptr(), n) };

@@ -12,7 +12,14 @@ pub enum Error {
     #[error("`{graph}`: parameter `{param}` has shape {got:?}, expected {expected}")]
     Shape { graph: String, param: String, expected: String, got: Vec<usize> },
     #[error("`{graph}`: dim `{dim}` is {first} from parameter `{first_param}` but {second} from parameter `{second_param}`")]
-    DimConflict { graph: String, dim: String, first: i64, first_param: String, second: i64, second_param: String },
+    DimConflict {
+        graph: String,
+        dim: String,
+        first: i64,
+        first_param: String,
+        second: i64,
+        second_param: String,
+    },
     #[error("`{graph}`: {msg}")]
     Dims { graph: String, msg: String },
     #[error("tensor of shape {shape:?} needs {expected} elements, got {got}")]

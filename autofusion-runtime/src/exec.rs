@@ -18,7 +18,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A generated kernel (see `autofusion_compiler::abi`).
-pub type KernelFn = unsafe extern "C" fn(bufs: *const *mut c_void, dims: *const i64, t: *const Tiling, block: i64, scratch: *mut f32);
+pub type KernelFn = unsafe extern "C" fn(
+    bufs: *const *mut c_void,
+    dims: *const i64,
+    t: *const Tiling,
+    block: i64,
+    scratch: *mut f32,
+);
 
 /// `af_module` of the kernel ABI.
 #[repr(C)]
@@ -105,13 +111,21 @@ impl Module {
         }
         let m = &*ptr;
         if m.abi != ABI_VERSION {
-            return Err(err(format!("built for kernel ABI {} but the runtime speaks ABI {ABI_VERSION}; rebuild", m.abi)));
+            return Err(err(format!(
+                "built for kernel ABI {} but the runtime speaks ABI {ABI_VERSION}; rebuild",
+                m.abi
+            )));
         }
         if m.tiling_size as usize != std::mem::size_of::<Tiling>() {
-            return Err(err(format!("af_tiling is {} bytes in C but {} in Rust", m.tiling_size, std::mem::size_of::<Tiling>())));
+            return Err(err(format!(
+                "af_tiling is {} bytes in C but {} in Rust",
+                m.tiling_size,
+                std::mem::size_of::<Tiling>()
+            )));
         }
         let json = std::slice::from_raw_parts(m.json, m.json_len as usize);
-        let meta: ModuleMeta = serde_json::from_slice(json).map_err(|e| err(format!("bad metadata: {e}")))?;
+        let meta: ModuleMeta =
+            serde_json::from_slice(json).map_err(|e| err(format!("bad metadata: {e}")))?;
         let n_packs: usize = meta.kernels.iter().map(|k| k.packs.len()).sum();
         if meta.kernels.len() + n_packs != m.n_kernels as usize {
             return Err(err(format!("{} functions in the table, {} kernels and {n_packs} pack functions in the metadata", m.n_kernels, meta.kernels.len())));
@@ -124,7 +138,8 @@ impl Module {
             .collect::<Result<Vec<_>>>()?
             .into_iter();
         let kernels: Vec<KernelFn> = fns.by_ref().take(meta.kernels.len()).collect();
-        let pack_fns = meta.kernels.iter().map(|k| fns.by_ref().take(k.packs.len()).collect()).collect();
+        let pack_fns =
+            meta.kernels.iter().map(|k| fns.by_ref().take(k.packs.len()).collect()).collect();
         Ok(Module {
             symbol: symbol.to_string(),
             meta,
@@ -167,7 +182,11 @@ impl Module {
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
         let dim_err = |msg: String| Error::Dims { graph: g.name.clone(), msg };
         let shape = |id: NodeId| -> Result<Vec<usize>> {
-            g.node(id).shape.iter().map(|d| d.eval(&bind).map(|v| v as usize).map_err(dim_err)).collect()
+            g.node(id)
+                .shape
+                .iter()
+                .map(|d| d.eval(&bind).map(|v| v as usize).map_err(dim_err))
+                .collect()
         };
         let eval = |d: &autofusion_compiler::dim::DimExpr| d.eval(&bind).unwrap_or(0);
         let threads = pool().threads();
@@ -241,16 +260,30 @@ impl Module {
             .map(|k| {
                 (0..k)
                     .filter(|&j| {
-                        let (rj, wj) = (&ks[j].buffers[..ks[j].n_inputs], &ks[j].buffers[ks[j].n_inputs..]);
-                        let (rk, wk) = (&ks[k].buffers[..ks[k].n_inputs], &ks[k].buffers[ks[k].n_inputs..]);
+                        let (rj, wj) =
+                            (&ks[j].buffers[..ks[j].n_inputs], &ks[j].buffers[ks[j].n_inputs..]);
+                        let (rk, wk) =
+                            (&ks[k].buffers[..ks[k].n_inputs], &ks[k].buffers[ks[k].n_inputs..]);
                         let raw = wj.iter().any(|o| rk.contains(o));
-                        let war = rj.iter().chain(wj).any(|x| wk.iter().any(|y| x == y || overlap(range(*x), range(*y))));
+                        let war = rj
+                            .iter()
+                            .chain(wj)
+                            .any(|x| wk.iter().any(|y| x == y || overlap(range(*x), range(*y))));
                         raw || war
                     })
                     .collect()
             })
             .collect();
-        Ok(ShapePlan { dims: dims.to_vec(), tilings, scratch_floats, arena_bytes, intermediate_bytes, deps, locs, out_shapes })
+        Ok(ShapePlan {
+            dims: dims.to_vec(),
+            tilings,
+            scratch_floats,
+            arena_bytes,
+            intermediate_bytes,
+            deps,
+            locs,
+            out_shapes,
+        })
     }
 
     /// Run the fused kernels.
@@ -278,12 +311,20 @@ impl Module {
             .collect())
     }
 
-    fn run_inner(&self, inputs: &[&Tensor], mut times: Option<&mut Vec<f64>>) -> Result<Vec<Tensor>> {
+    fn run_inner(
+        &self,
+        inputs: &[&Tensor],
+        mut times: Option<&mut Vec<f64>>,
+    ) -> Result<Vec<Tensor>> {
         let dims = self.bind(inputs)?;
         let plan = self.shape_plan(&dims)?;
         let g = &self.meta.graph;
-        let mut outputs: Vec<Tensor> =
-            g.outputs.iter().zip(&plan.out_shapes).map(|(o, s)| Tensor::zeros(g.node(*o).dtype, s)).collect();
+        let mut outputs: Vec<Tensor> = g
+            .outputs
+            .iter()
+            .zip(&plan.out_shapes)
+            .map(|(o, s)| Tensor::zeros(g.node(*o).dtype, s))
+            .collect();
         let mut own_arena;
         let mut guard = self.arena.try_lock().ok();
         let arena: &mut Vec<u64> = match guard.as_deref_mut() {
@@ -300,15 +341,20 @@ impl Module {
         let arena_ptr = arena.as_mut_ptr() as *mut u8;
         let out_ptrs: Vec<*mut u8> = outputs.iter_mut().map(|t| t.as_mut_ptr()).collect();
         let ptr_of = |id: NodeId| -> *mut c_void {
-            match *plan.locs.get(&id).unwrap_or_else(|| panic!("{}: no location for {id}", g.name)) {
+            match *plan.locs.get(&id).unwrap_or_else(|| panic!("{}: no location for {id}", g.name))
+            {
                 Loc::Param(i) => inputs[i].as_ptr() as *mut c_void,
                 Loc::Output(i) => out_ptrs[i] as *mut c_void,
                 // SAFETY: offsets are within `arena_bytes`, which the arena holds.
                 Loc::Arena(off) => unsafe { arena_ptr.add(off) as *mut c_void },
             }
         };
-        let mut all_bufs: Vec<Vec<*mut c_void>> =
-            self.meta.kernels.iter().map(|k| k.buffers.iter().map(|b| ptr_of(*b)).collect()).collect();
+        let mut all_bufs: Vec<Vec<*mut c_void>> = self
+            .meta
+            .kernels
+            .iter()
+            .map(|k| k.buffers.iter().map(|b| ptr_of(*b)).collect())
+            .collect();
         // Packed B operands after each kernel's buffers (packed now if the tensor is new).
         let mut held = Vec::new();
         for (ki, k) in self.meta.kernels.iter().enumerate() {
@@ -388,11 +434,26 @@ impl Module {
     /// Packed operand `j` of kernel `ki` for these inputs: the cached one when it was packed
     /// from the same tensor at the same extents, else packed now (on the pool) and cached.
     /// `bufs` is the kernel's buffer table (the pack function reads its operand from it).
-    fn packed_operand(&self, ki: usize, j: usize, inputs: &[&Tensor], dims: &[i64], bufs: &mut Vec<*mut c_void>, plan: &ShapePlan) -> Result<Arc<Packed>> {
+    fn packed_operand(
+        &self,
+        ki: usize,
+        j: usize,
+        inputs: &[&Tensor],
+        dims: &[i64],
+        bufs: &mut Vec<*mut c_void>,
+        plan: &ShapePlan,
+    ) -> Result<Arc<Packed>> {
         let g = &self.meta.graph;
         let p = &self.meta.kernels[ki].packs[j];
         let Some(Loc::Param(pi)) = plan.locs.get(&p.param).copied() else {
-            return Err(Error::Module { symbol: self.symbol.clone(), msg: format!("pack {} reads `{}`, which is not a parameter", p.func, g.node(p.param).name) });
+            return Err(Error::Module {
+                symbol: self.symbol.clone(),
+                msg: format!(
+                    "pack {} reads `{}`, which is not a parameter",
+                    p.func,
+                    g.node(p.param).name
+                ),
+            });
         };
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
         let eval = |d: &autofusion_compiler::dim::DimExpr| d.eval(&bind).unwrap_or(0).max(0);
@@ -437,7 +498,12 @@ impl Module {
 
     /// Bytes of packed operands held (one per weight operand, for the latest tensor).
     pub fn packed_bytes(&self) -> usize {
-        self.packed.lock().unwrap().values().map(|p| p.data.len() * std::mem::size_of::<Line>()).sum()
+        self.packed
+            .lock()
+            .unwrap()
+            .values()
+            .map(|p| p.data.len() * std::mem::size_of::<Line>())
+            .sum()
     }
 
     /// Run the reference interpreter on the same graph.
@@ -460,7 +526,11 @@ impl Module {
 /// Check dtypes and shapes of `inputs` against `g`'s parameters and bind the dynamic dims.
 pub fn bind_inputs(g: &Graph, inputs: &[&Tensor]) -> Result<Vec<i64>> {
     if inputs.len() != g.params.len() {
-        return Err(Error::Arity { graph: g.name.clone(), expected: g.params.len(), got: inputs.len() });
+        return Err(Error::Arity {
+            graph: g.name.clone(),
+            expected: g.params.len(),
+            got: inputs.len(),
+        });
     }
     let pnodes = g.param_nodes();
     let mut dims: Vec<Option<(i64, usize)>> = vec![None; g.dyn_dims.len()];
@@ -475,7 +545,12 @@ pub fn bind_inputs(g: &Graph, inputs: &[&Tensor]) -> Result<Vec<i64>> {
             });
         }
         if t.shape().len() != n.shape.len() {
-            return Err(Error::Shape { graph: g.name.clone(), param: g.params[i].clone(), expected: shape_str(&n.shape), got: t.shape().to_vec() });
+            return Err(Error::Shape {
+                graph: g.name.clone(),
+                param: g.params[i].clone(),
+                expected: shape_str(&n.shape),
+                got: t.shape().to_vec(),
+            });
         }
         for (d, e) in n.shape.iter().enumerate() {
             if let Some(s) = e.as_sym() {
@@ -503,11 +578,24 @@ pub fn bind_inputs(g: &Graph, inputs: &[&Tensor]) -> Result<Vec<i64>> {
     for (i, t) in inputs.iter().enumerate() {
         let n = g.node(pnodes[i]);
         for (d, e) in n.shape.iter().enumerate() {
-            let want = e.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg: format!("parameter `{}`: {msg}", g.params[i]) })?;
+            let want = e.eval(&bind).map_err(|msg| Error::Dims {
+                graph: g.name.clone(),
+                msg: format!("parameter `{}`: {msg}", g.params[i]),
+            })?;
             if want != t.shape()[d] as i64 {
-                let bound: Vec<String> = g.dyn_dims.iter().zip(&dims).map(|(n, v)| format!("{n} = {v}")).collect();
-                let expected = if bound.is_empty() { shape_str(&n.shape) } else { format!("{} with {}", shape_str(&n.shape), bound.join(", ")) };
-                return Err(Error::Shape { graph: g.name.clone(), param: g.params[i].clone(), expected, got: t.shape().to_vec() });
+                let bound: Vec<String> =
+                    g.dyn_dims.iter().zip(&dims).map(|(n, v)| format!("{n} = {v}")).collect();
+                let expected = if bound.is_empty() {
+                    shape_str(&n.shape)
+                } else {
+                    format!("{} with {}", shape_str(&n.shape), bound.join(", "))
+                };
+                return Err(Error::Shape {
+                    graph: g.name.clone(),
+                    param: g.params[i].clone(),
+                    expected,
+                    got: t.shape().to_vec(),
+                });
             }
         }
     }

@@ -54,19 +54,32 @@ fn open_symbols(path: &Path, names: &[&str]) -> std::result::Result<Vec<*mut c_v
 
 /// Generate, compile (`$CC`, default `cc`, with `flags`) and load one variant of `unit`.
 /// The library stays loaded for the life of the process.
-pub fn load(unit: &Unit, variant: Variant, target: &Target, dir: &Path, flags: &[&str]) -> Result<Module> {
+pub fn load(
+    unit: &Unit,
+    variant: Variant,
+    target: &Target,
+    dir: &Path,
+    flags: &[&str],
+) -> Result<Module> {
     load_built(&unit.variant(variant, target), &unit.symbol(variant), dir, flags)
 }
 
 /// Compile and load code generated for a plan of one's own (`Unit::generate`); `symbol` must
 /// be the one given to `generate` and unique in the process.
-pub fn load_built(built: &autofusion_compiler::Built, symbol: &str, dir: &Path, flags: &[&str]) -> Result<Module> {
+pub fn load_built(
+    built: &autofusion_compiler::Built,
+    symbol: &str,
+    dir: &Path,
+    flags: &[&str],
+) -> Result<Module> {
     let sym = symbol.to_string();
     let err = |msg: String| Error::Module { symbol: sym.clone(), msg };
-    std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
     let c = dir.join(format!("{sym}.c"));
     let so = dir.join(format!("{sym}.so"));
-    std::fs::write(&c, &built.c.code).map_err(|e| err(format!("cannot write {}: {e}", c.display())))?;
+    std::fs::write(&c, &built.c.code)
+        .map_err(|e| err(format!("cannot write {}: {e}", c.display())))?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .args(autofusion_compiler::codegen::c::CFLAGS)
@@ -79,7 +92,11 @@ pub fn load_built(built: &autofusion_compiler::Built, symbol: &str, dir: &Path, 
         .output()
         .map_err(|e| err(format!("cannot run `{cc}`: {e}")))?;
     if !out.status.success() {
-        return Err(err(format!("`{cc}` failed on {}:\n{}", c.display(), String::from_utf8_lossy(&out.stderr))));
+        return Err(err(format!(
+            "`{cc}` failed on {}:\n{}",
+            c.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
     }
     let f = open_symbols(&so, &[&sym]).map_err(err)?[0];
     // SAFETY: the symbol has the signature `const af_module *(void)` by construction of the
@@ -94,9 +111,16 @@ pub fn load_built(built: &autofusion_compiler::Built, symbol: &str, dir: &Path, 
 /// `ascend910b`), compile it with the toolkit's bisheng into a shared library, and load it
 /// (feature `ascend`).
 #[cfg(feature = "ascend")]
-pub fn load_ascend(unit: &Unit, variant: Variant, target: &Target, dir: &Path) -> Result<crate::ascend::AscendModule> {
+pub fn load_ascend(
+    unit: &Unit,
+    variant: Variant,
+    target: &Target,
+    dir: &Path,
+) -> Result<crate::ascend::AscendModule> {
     let sym = unit.symbol(variant);
-    let (_, src) = unit.variant_ascend(variant, target).map_err(|msg| Error::Module { symbol: sym.clone(), msg })?;
+    let (_, src) = unit
+        .variant_ascend(variant, target)
+        .map_err(|msg| Error::Module { symbol: sym.clone(), msg })?;
     load_ascend_built(unit.graph.clone(), &src, &sym, dir, false)
 }
 
@@ -112,10 +136,12 @@ pub fn load_ascend_built(
 ) -> Result<crate::ascend::AscendModule> {
     let sym = symbol.to_string();
     let err = |msg: String| Error::Module { symbol: sym.clone(), msg };
-    std::fs::create_dir_all(dir).map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
     let asc = dir.join(format!("{sym}.asc"));
     let so = dir.join(format!("lib{sym}_ascend.so"));
-    std::fs::write(&asc, &src.code).map_err(|e| err(format!("cannot write {}: {e}", asc.display())))?;
+    std::fs::write(&asc, &src.code)
+        .map_err(|e| err(format!("cannot write {}: {e}", asc.display())))?;
     let bisheng = env!("AUTOFUSION_ASCEND_BISHENG");
     let mut cmd = Command::new(bisheng);
     for f in env!("AUTOFUSION_ASCEND_CFLAGS").split('\u{1f}') {
@@ -134,7 +160,11 @@ pub fn load_ascend_built(
     cmd.arg(format!("-L{}", env!("AUTOFUSION_ASCEND_LIB"))).arg("-lascendcl");
     let out = cmd.output().map_err(|e| err(format!("cannot run `{bisheng}`: {e}")))?;
     if !out.status.success() {
-        return Err(err(format!("`{bisheng}` failed on {}:\n{}", asc.display(), String::from_utf8_lossy(&out.stderr))));
+        return Err(err(format!(
+            "`{bisheng}` failed on {}:\n{}",
+            asc.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
     }
     let f = open_symbols(&so, &[&src.launch, &src.entry]).map_err(err)?;
     let (l, j) = (f[0], f[1]);

@@ -73,7 +73,11 @@ pub mod __private {
     }
 
     /// Load a module once (the expansion keeps one cell per graph variant).
-    pub fn load(cell: &'static OnceCell<Module>, ptr: *const AfModule, symbol: &str) -> crate::Result<&'static Module> {
+    pub fn load(
+        cell: &'static OnceCell<Module>,
+        ptr: *const AfModule,
+        symbol: &str,
+    ) -> crate::Result<&'static Module> {
         // SAFETY: `ptr` comes from the generated `af_*` function named `symbol`.
         cell.get_or_try_init(|| unsafe { Module::from_raw(ptr, symbol) })
     }
@@ -82,7 +86,9 @@ pub mod __private {
     pub fn run_on(
         device: crate::Device,
         cpu: &dyn Fn() -> crate::Result<&'static Module>,
-        #[cfg(feature = "ascend")] ascend: &dyn Fn() -> crate::Result<&'static crate::ascend::AscendModule>,
+        #[cfg(feature = "ascend")] ascend: &dyn Fn() -> crate::Result<
+            &'static crate::ascend::AscendModule,
+        >,
         inputs: &[&crate::Tensor],
     ) -> crate::Result<Vec<crate::Tensor>> {
         match device {
@@ -108,12 +114,20 @@ pub mod __private {
     ) -> crate::Result<&'static crate::ascend::AscendModule> {
         // SAFETY: `launch` and `json` are the generated `<symbol>_launch` / `<symbol>_ascend_json`
         // of the graph whose CPU module is `cpu` (the macro expansion pairs them).
-        cell.get_or_try_init(|| unsafe { crate::ascend::AscendModule::from_raw(cpu.graph().clone(), launch, json, symbol) })
+        cell.get_or_try_init(|| unsafe {
+            crate::ascend::AscendModule::from_raw(cpu.graph().clone(), launch, json, symbol)
+        })
     }
 
     /// The outputs of a run as an array of the arity the signature declares.
-    pub fn outputs<const N: usize>(v: Vec<crate::Tensor>, symbol: &str) -> crate::Result<[crate::Tensor; N]> {
+    pub fn outputs<const N: usize>(
+        v: Vec<crate::Tensor>,
+        symbol: &str,
+    ) -> crate::Result<[crate::Tensor; N]> {
         let n = v.len();
-        v.try_into().map_err(|_| crate::Error::Module { symbol: symbol.into(), msg: format!("returned {n} outputs, the signature declares {N}") })
+        v.try_into().map_err(|_| crate::Error::Module {
+            symbol: symbol.into(),
+            msg: format!("returned {n} outputs, the signature declares {N}"),
+        })
     }
 }

@@ -23,7 +23,8 @@ struct Launch {
 
 impl Launch {
     fn new(job: Job, n: usize, parts: usize) -> Launch {
-        let chunks = (0..parts).map(|p| (AtomicUsize::new(p * n / parts), (p + 1) * n / parts)).collect();
+        let chunks =
+            (0..parts).map(|p| (AtomicUsize::new(p * n / parts), (p + 1) * n / parts)).collect();
         Launch { job, n, chunks, done: AtomicUsize::new(0) }
     }
 }

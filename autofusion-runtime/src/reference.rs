@@ -103,7 +103,8 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
             .map(|d| d.eval(&bind).map(|v| v as usize))
             .collect::<std::result::Result<_, _>>()
             .map_err(|msg| Error::Dims { graph: g.name.clone(), msg })?;
-        let ins: Vec<&Arr> = n.inputs.iter().map(|i| vals[i.idx()].as_ref().expect("topological order")).collect();
+        let ins: Vec<&Arr> =
+            n.inputs.iter().map(|i| vals[i.idx()].as_ref().expect("topological order")).collect();
         let mut out = match &n.op {
             Op::Param { index } => Arr { shape: shape.clone(), data: inputs[*index].to_f32_vec() },
             Op::Const { value } => Arr { shape: vec![], data: vec![*value as f32] },
@@ -157,7 +158,8 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
                         for j in 0..nn {
                             let mut acc = 0f64;
                             for p in 0..k {
-                                acc += a.data[a0 + i * ars + p * acs] as f64 * b.data[b0 + p * brs + j * bcs] as f64;
+                                acc += a.data[a0 + i * ars + p * acs] as f64
+                                    * b.data[b0 + p * brs + j * bcs] as f64;
                             }
                             data[(bi * m + i) * nn + j] = acc as f32;
                         }
@@ -172,17 +174,27 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
                 let st = strides(&a.shape);
                 let mut data = Vec::with_capacity(a.data.len());
                 for_each_index(&shape, |idx| {
-                    data.push(a.data[idx.iter().enumerate().map(|(d, i)| i * st[perm[d]]).sum::<usize>()]);
+                    data.push(
+                        a.data[idx.iter().enumerate().map(|(d, i)| i * st[perm[d]]).sum::<usize>()],
+                    );
                 });
                 Arr { shape: shape.clone(), data }
             }
             Op::Slice { axis, start, .. } => {
                 let a = ins[0];
-                let s0 = start.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })? as usize;
+                let s0 =
+                    start.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })?
+                        as usize;
                 let st = strides(&a.shape);
                 let mut data = Vec::with_capacity(shape.iter().product());
                 for_each_index(&shape, |idx| {
-                    data.push(a.data[idx.iter().enumerate().map(|(d, i)| (if d == *axis { i + s0 } else { *i }) * st[d]).sum::<usize>()]);
+                    data.push(
+                        a.data[idx
+                            .iter()
+                            .enumerate()
+                            .map(|(d, i)| (if d == *axis { i + s0 } else { *i }) * st[d])
+                            .sum::<usize>()],
+                    );
                 });
                 Arr { shape: shape.clone(), data }
             }
@@ -200,13 +212,23 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
                     let j = starts.iter().rposition(|s| *s <= idx[*axis]).unwrap();
                     let a = ins[j];
                     let st = strides(&a.shape);
-                    let off: usize = idx.iter().enumerate().map(|(d, i)| (if d == *axis { i - starts[j] } else { *i }) * st[d]).sum();
+                    let off: usize = idx
+                        .iter()
+                        .enumerate()
+                        .map(|(d, i)| (if d == *axis { i - starts[j] } else { *i }) * st[d])
+                        .sum();
                     data.push(a.data[off]);
                 });
                 Arr { shape: shape.clone(), data }
             }
             op => {
-                return Err(Error::Module { symbol: g.name.clone(), msg: format!("the reference runs canonical graphs; found sugar op `{}`", op.name()) })
+                return Err(Error::Module {
+                    symbol: g.name.clone(),
+                    msg: format!(
+                        "the reference runs canonical graphs; found sugar op `{}`",
+                        op.name()
+                    ),
+                })
             }
         };
         round(n.dtype, &mut out.data);

@@ -47,7 +47,11 @@ impl Tensor {
     /// An f32 tensor from data in row-major order.
     pub fn from_f32(shape: &[usize], data: Vec<f32>) -> Result<Tensor> {
         if data.len() != numel(shape) {
-            return Err(Error::DataLen { shape: shape.to_vec(), expected: numel(shape), got: data.len() });
+            return Err(Error::DataLen {
+                shape: shape.to_vec(),
+                expected: numel(shape),
+                got: data.len(),
+            });
         }
         Ok(Tensor { storage: Storage::F32(data), shape: shape.to_vec(), stamp: Stamp::new() })
     }
@@ -128,7 +132,13 @@ impl Tensor {
             return Err(Error::Tensor {
                 op: "reshape".into(),
                 dtype: self.dtype().name().into(),
-                msg: format!("{:?} has {} elements, {:?} has {}", self.shape, self.numel(), shape, numel(shape)),
+                msg: format!(
+                    "{:?} has {} elements, {:?} has {}",
+                    self.shape,
+                    self.numel(),
+                    shape,
+                    numel(shape)
+                ),
             });
         }
         Ok(Tensor { storage: self.storage.clone(), shape: shape.to_vec(), stamp: self.stamp })

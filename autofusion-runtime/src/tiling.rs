@@ -48,7 +48,11 @@ fn split(units: i64, parallel: bool, max_blocks: i64) -> (i64, i64) {
 
 /// Choose a tiling for `work` evaluated at the bound dims, for `threads` workers. Returns the
 /// tiling and the scratch floats one block needs.
-pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> i64, threads: usize) -> (Tiling, usize) {
+pub fn choose(
+    work: &Work,
+    eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> i64,
+    threads: usize,
+) -> (Tiling, usize) {
     let t = threads.max(1) as i64;
     match work {
         Work::Rows { rows, n, row_buffers } => {
@@ -69,27 +73,43 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
             let units = units_for(nc);
             let flops = 2 * b * m * n * k;
             let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
-            let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
+            let tiling =
+                Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
             (tiling, gemm_scratch(mc, nc, kc))
         }
         Work::Horizontal { parts } => {
-            let ps: Vec<(i64, i64, i64, i64)> =
-                parts.iter().map(|(b, m, n, k)| (eval(b).max(0), eval(m).max(0), eval(n).max(0), eval(k).max(0))).collect();
+            let ps: Vec<(i64, i64, i64, i64)> = parts
+                .iter()
+                .map(|(b, m, n, k)| {
+                    (eval(b).max(0), eval(m).max(0), eval(n).max(0), eval(k).max(0))
+                })
+                .collect();
             let mc = ps.iter().map(|p| p.1).max().unwrap_or(1).clamp(1, MC_MAX);
             let kc = ps.iter().map(|p| p.3).max().unwrap_or(1).clamp(1, KC_MAX);
             let mut nc = ps.iter().map(|p| p.2).max().unwrap_or(1).clamp(1, NC_MAX);
-            let units_for = |nc: i64| ps.iter().map(|(b, m, n, _)| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc)).sum::<i64>();
+            let units_for = |nc: i64| {
+                ps.iter()
+                    .map(|(b, m, n, _)| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc))
+                    .sum::<i64>()
+            };
             while units_for(nc) < 2 * t && nc > NR_MAX {
                 nc = (nc / 2 + NR_MAX - 1) / NR_MAX * NR_MAX;
             }
             let units = units_for(nc);
             let flops: i64 = ps.iter().map(|(b, m, n, k)| 2 * b * m * n * k).sum();
             let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
-            let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
+            let tiling =
+                Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
             (tiling, gemm_scratch(mc, nc, kc))
         }
         Work::Flash { batch, sq, sk, d, dv } => {
-            let (b, sq, sk, d, dv) = (eval(batch).max(0), eval(sq).max(0), eval(sk).max(1), eval(d).max(1), eval(dv).max(1));
+            let (b, sq, sk, d, dv) = (
+                eval(batch).max(0),
+                eval(sq).max(0),
+                eval(sk).max(1),
+                eval(d).max(1),
+                eval(dv).max(1),
+            );
             let mut br = sq.clamp(1, BR_MAX);
             let bc = sk.clamp(1, BC_MAX);
             // Enough query blocks to keep every thread busy.
@@ -104,9 +124,21 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
             let units = b * ((qt + qpu - 1) / qpu);
             let flops = 4 * b * sq * sk * d;
             let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
-            let tiling = Tiling { block_num, rows_per_block: upb, mc: br, nc: bc, kc: qpu, units, ..Default::default() };
+            let tiling = Tiling {
+                block_num,
+                rows_per_block: upb,
+                mc: br,
+                nc: bc,
+                kc: qpu,
+                units,
+                ..Default::default()
+            };
             let skp = (sk + NR_MAX - 1) / NR_MAX * NR_MAX;
-            (tiling, (d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br) as usize)
+            (
+                tiling,
+                (d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br)
+                    as usize,
+            )
         }
     }
 }
@@ -115,7 +147,8 @@ pub fn choose(work: &Work, eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> 
 /// groups of `NR_MAX` spread over the threads when the operand is large enough.
 pub fn choose_pack(batch: i64, k: i64, n: i64, threads: usize) -> (Tiling, usize) {
     let units = batch.max(0) * ((n.max(0) + NR_MAX - 1) / NR_MAX);
-    let (block_num, upb) = split(units, batch * k * n >= MIN_PARALLEL_ELEMS, 4 * threads.max(1) as i64);
+    let (block_num, upb) =
+        split(units, batch * k * n >= MIN_PARALLEL_ELEMS, 4 * threads.max(1) as i64);
     (Tiling { block_num, rows_per_block: upb, units, ..Default::default() }, 0)
 }
 
@@ -135,7 +168,8 @@ pub struct AscendTiling {
     pub cube: [[i32; ASCEND_CUBE_FIELDS.len()]; 2],
 }
 
-const _: () = assert!(std::mem::size_of::<AscendTiling>() == autofusion_compiler::abi::ascend_tiling_bytes());
+const _: () =
+    assert!(std::mem::size_of::<AscendTiling>() == autofusion_compiler::abi::ascend_tiling_bytes());
 
 /// Ascend 910B figures DynamicTiling works with (docs/ascend-c.md §1.1, §8): vector cores,
 /// cube cores, the UB an `InitBuffer` may take (192 KB less the 8 KB Ascend C reserve),
@@ -168,7 +202,14 @@ fn round_up(x: i64, m: i64) -> i64 {
 /// in `mc x nc` tiles by `cores` cores: bases at most 128 x 128 x 32 (multiples of 16, f32
 /// operands), L1 depth 2 (stepM/N/Ka/Kb = 1, double-buffered), L0A/L0B double-buffered. The
 /// L0/L1 budgets this meets are checked by the emulator at `REGIST_MATMUL_OBJ`.
-pub fn cube_tiling(m: i64, n: i64, k: i64, mc: i64, nc: i64, cores: i64) -> [i32; ASCEND_CUBE_FIELDS.len()] {
+pub fn cube_tiling(
+    m: i64,
+    n: i64,
+    k: i64,
+    mc: i64,
+    nc: i64,
+    cores: i64,
+) -> [i32; ASCEND_CUBE_FIELDS.len()] {
     let base_m = round_up(mc.max(1), 16).min(ASCEND_TILE_MAX) as i32;
     let base_n = round_up(nc.max(1), 16).min(ASCEND_TILE_MAX) as i32;
     let mut f = [0i32; ASCEND_CUBE_FIELDS.len()];
@@ -226,11 +267,13 @@ pub fn choose_ascend(
             t.chunk = fit.min(round_up(n.max(1), 16));
             let aivs = pipeline_aivs.unwrap_or_else(|| r.clamp(1, ASCEND_AIV));
             t.block_num = aivs;
-            let launch = AscendLaunch { tiling: t, block_dim: aivs as u32, empty: r == 0 || n == 0 };
+            let launch =
+                AscendLaunch { tiling: t, block_dim: aivs as u32, empty: r == 0 || n == 0 };
             Ok((launch, 0))
         }
         Work::MatMul { batch, m, n, k: kk } => {
-            let (b, m, n, kd) = (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(kk).max(0));
+            let (b, m, n, kd) =
+                (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(kk).max(0));
             let (mut mc, mut nc) = (m.clamp(1, ASCEND_TILE_MAX), n.clamp(1, ASCEND_TILE_MAX));
             let units = |mc: i64, nc: i64| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc);
             // Enough tiles for every AIV before tiles shrink below 32 x 32.
@@ -241,28 +284,43 @@ pub fn choose_ascend(
                     mc = round_up(mc / 2, 16).max(16).min(m.max(1));
                 }
             }
-            let groups = pipeline_aivs.map(|a| a / 2).unwrap_or_else(|| ((units(mc, nc) + 1) / 2).clamp(1, ASCEND_AIC));
+            let groups = pipeline_aivs
+                .map(|a| a / 2)
+                .unwrap_or_else(|| ((units(mc, nc) + 1) / 2).clamp(1, ASCEND_AIC));
             let aivs = 2 * groups;
             t.chunk = fit.min(round_up(kd.max(n).max(1), 16));
             t.mc = mc;
             t.nc = nc;
             t.block_num = groups;
             t.cube[0] = cube_tiling(m.max(1), n.max(1), kd.max(1), mc, nc, groups);
-            let stage = if k.stage_a { b * m * kd } else { 0 } + if k.stage_b { b * kd * n } else { 0 };
+            let stage =
+                if k.stage_a { b * m * kd } else { 0 } + if k.stage_b { b * kd * n } else { 0 };
             let ws = (stage + aivs * mc * nc) as usize * 4;
             t.ws_floats = ws as i64 / 4;
-            let launch = AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || m == 0 || n == 0 };
+            let launch = AscendLaunch {
+                tiling: t,
+                block_dim: groups as u32,
+                empty: b == 0 || m == 0 || n == 0,
+            };
             Ok((launch, ws))
         }
         Work::Flash { batch, sq, sk, d, dv } => {
-            let (b, sq, sk, d, dv) = (eval(batch).max(0), eval(sq).max(0), eval(sk).max(0), eval(d).max(1), eval(dv).max(1));
+            let (b, sq, sk, d, dv) = (
+                eval(batch).max(0),
+                eval(sq).max(0),
+                eval(sk).max(0),
+                eval(d).max(1),
+                eval(dv).max(1),
+            );
             let mut br = sq.clamp(1, 64);
             let bc = sk.clamp(1, ASCEND_TILE_MAX);
             while b * ((sq + br - 1) / br) < ASCEND_AIV && br > 16 {
                 br = round_up(br / 2, 16).max(16);
             }
             let units = b * ((sq + br - 1) / br);
-            let groups = pipeline_aivs.map(|a| a / 2).unwrap_or_else(|| ((units + 1) / 2).clamp(1, ASCEND_AIC));
+            let groups = pipeline_aivs
+                .map(|a| a / 2)
+                .unwrap_or_else(|| ((units + 1) / 2).clamp(1, ASCEND_AIC));
             let aivs = 2 * groups;
             t.chunk = fit.min(round_up(bc.max(dv).max(d), 16));
             t.br = br;
@@ -271,14 +329,18 @@ pub fn choose_ascend(
             // QK^T: br x bc by d; PV: br x dv by bc.
             t.cube[0] = cube_tiling(sq.max(1), sk.max(1), d, br, bc, groups);
             t.cube[1] = cube_tiling(sq.max(1), dv, sk.max(1), br, dv, groups);
-            let stage = if k.stage_a { b * sq * d } else { 0 } + if k.stage_b { b * (d * sk + sk * dv) } else { 0 };
+            let stage = if k.stage_a { b * sq * d } else { 0 }
+                + if k.stage_b { b * (d * sk + sk * dv) } else { 0 };
             // Per AIV: the score tile (S, then P in place) and the output accumulator.
             let ws = (stage + aivs * (br * bc + br * dv)) as usize * 4;
             t.ws_floats = ws as i64 / 4;
-            let launch = AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || sq == 0 };
+            let launch =
+                AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || sq == 0 };
             Ok((launch, ws))
         }
-        Work::Horizontal { .. } => Err(format!("kernel `{}`: horizontal groups have no Ascend tiling", k.name)),
+        Work::Horizontal { .. } => {
+            Err(format!("kernel `{}`: horizontal groups have no Ascend tiling", k.name))
+        }
     }
 }
 
@@ -308,11 +370,16 @@ mod tests {
 
     #[test]
     fn pack_blocks_cover_every_column_group() {
-        for (b, k, n, threads) in [(1, 512, 2048, 2), (1, 3, 5, 2), (4, 64, 33, 8), (0, 8, 8, 2), (1, 4096, 16384, 2)] {
+        for (b, k, n, threads) in
+            [(1, 512, 2048, 2), (1, 3, 5, 2), (4, 64, 33, 8), (0, 8, 8, 2), (1, 4096, 16384, 2)]
+        {
             let (t, _) = choose_pack(b, k, n, threads);
             let groups = b * ((n + NR_MAX - 1) / NR_MAX);
             assert_eq!(t.units, groups);
-            assert!(t.block_num * t.rows_per_block >= groups && (t.block_num.max(1) - 1) * t.rows_per_block < groups.max(1));
+            assert!(
+                t.block_num * t.rows_per_block >= groups
+                    && (t.block_num.max(1) - 1) * t.rows_per_block < groups.max(1)
+            );
         }
     }
 
@@ -328,7 +395,10 @@ mod tests {
         for (rows, n) in [(1, 1), (7, 513), (100, 64), (513, 4096), (4096, 1)] {
             let w = Work::Rows { rows: c(rows), n: c(n), row_buffers: 2 };
             let (t, scratch) = choose(&w, &|d| d.as_const().unwrap(), 2);
-            assert!(t.block_num * t.rows_per_block >= rows && (t.block_num - 1) * t.rows_per_block < rows);
+            assert!(
+                t.block_num * t.rows_per_block >= rows
+                    && (t.block_num - 1) * t.rows_per_block < rows
+            );
             assert_eq!(scratch, 2 * n as usize);
         }
         for (m, n, k) in [(1, 512, 512), (7, 3, 5), (128, 2048, 512), (513, 100, 1)] {
@@ -338,7 +408,10 @@ mod tests {
             assert_eq!(t.units, units);
             // Packed B is addressed by sliver: every N tile must start on an NR_MAX boundary.
             assert!(t.nc % NR_MAX == 0 || t.nc >= n, "nc {} for n {n}", t.nc);
-            assert!(t.block_num * t.rows_per_block >= units && (t.block_num - 1) * t.rows_per_block < units);
+            assert!(
+                t.block_num * t.rows_per_block >= units
+                    && (t.block_num - 1) * t.rows_per_block < units
+            );
         }
         // Decode shape: one row of output still spreads over both threads.
         let w = Work::MatMul { batch: c(1), m: c(1), n: c(2048), k: c(512) };
@@ -350,7 +423,9 @@ mod tests {
     fn ascend_tilings_respect_the_hardware_limits() {
         use autofusion_compiler::codegen::ascend::AscendKernel;
         let c = |v: i64| DimExpr::constant(v);
-        let field = |t: &[i32; ASCEND_CUBE_FIELDS.len()], n: &str| t[ASCEND_CUBE_FIELDS.iter().position(|x| *x == n).unwrap()] as i64;
+        let field = |t: &[i32; ASCEND_CUBE_FIELDS.len()], n: &str| {
+            t[ASCEND_CUBE_FIELDS.iter().position(|x| *x == n).unwrap()] as i64
+        };
         let kernel = |work: Work, per_col: u32| AscendKernel {
             name: "k".into(),
             buffers: vec![],
@@ -368,13 +443,25 @@ mod tests {
             let k = kernel(Work::MatMul { batch: c(1), m: c(m), n: c(n), k: c(kk) }, 99);
             let (l, ws) = choose_ascend(&k, &|d| d.as_const().unwrap(), None).unwrap();
             let t = l.tiling;
-            assert!(t.chunk % 16 == 0 && t.chunk >= 16 && 1024 + t.chunk * 99 <= ASCEND_UB_BYTES * 8 / 10, "{t:?}");
+            assert!(
+                t.chunk % 16 == 0
+                    && t.chunk >= 16
+                    && 1024 + t.chunk * 99 <= ASCEND_UB_BYTES * 8 / 10,
+                "{t:?}"
+            );
             assert!((1..=ASCEND_AIC as u32).contains(&l.block_dim));
             let ct = &t.cube[0];
-            assert!(field(ct, "singleCoreM") <= field(ct, "M") && field(ct, "singleCoreN") <= field(ct, "N"), "{ct:?}");
+            assert!(
+                field(ct, "singleCoreM") <= field(ct, "M")
+                    && field(ct, "singleCoreN") <= field(ct, "N"),
+                "{ct:?}"
+            );
             let (bm, bn, bk) = (field(ct, "baseM"), field(ct, "baseN"), field(ct, "baseK"));
             assert!(bm % 16 == 0 && bn % 16 == 0 && bk % 8 == 0);
-            assert!(bm * bk * 4 * field(ct, "dbL0A") <= 64 << 10 && bn * bk * 4 * field(ct, "dbL0B") <= 64 << 10);
+            assert!(
+                bm * bk * 4 * field(ct, "dbL0A") <= 64 << 10
+                    && bn * bk * 4 * field(ct, "dbL0B") <= 64 << 10
+            );
             assert!(bm * bn * 4 * field(ct, "dbL0C") <= 128 << 10);
             // The staged A and every AIV's C tile fit the user workspace.
             assert!(ws >= ((m * kk) + 2 * l.block_dim as i64 * t.mc * t.nc) as usize * 4);

@@ -14,13 +14,17 @@ pub fn inputs(g: &Graph, dims: &[i64], seed: u64) -> Vec<Tensor> {
         .enumerate()
         .map(|(i, id)| {
             let n = g.node(*id);
-            let shape: Vec<usize> = n.shape.iter().map(|d| d.eval(&bind).unwrap() as usize).collect();
+            let shape: Vec<usize> =
+                n.shape.iter().map(|d| d.eval(&bind).unwrap() as usize).collect();
             let name = &g.params[i];
             let seed = seed * 1000 + i as u64;
             let t = if name.contains("norm") || name.ends_with("_g") || name == "g" {
                 let r = Tensor::randn(&shape, 0.1, seed);
                 Tensor::from_f32(&shape, r.to_f32_vec().iter().map(|v| v + 1.0).collect()).unwrap()
-            } else if i > 0 && shape.len() >= 2 && !matches!(name.as_str(), "cos" | "sin" | "y" | "r") {
+            } else if i > 0
+                && shape.len() >= 2
+                && !matches!(name.as_str(), "cos" | "sin" | "y" | "r")
+            {
                 Tensor::randn(&shape, 1.0 / (shape[shape.len() - 2] as f32).sqrt(), seed)
             } else {
                 Tensor::randn(&shape, 1.0, seed)
@@ -66,7 +70,11 @@ pub fn layer_graphs() -> Vec<(String, syn::ItemFn, autofusion_compiler::front::O
         let src = std::fs::read_to_string(file).unwrap();
         let parsed = syn::parse_file(&src).unwrap();
         for (f, attr) in autofusion_compiler::find_graphs(&parsed.items) {
-            out.push((f.sig.ident.to_string(), f.clone(), autofusion_compiler::front::parse_options(attr).unwrap()));
+            out.push((
+                f.sig.ident.to_string(),
+                f.clone(),
+                autofusion_compiler::front::parse_options(attr).unwrap(),
+            ));
         }
     }
     out
@@ -77,7 +85,10 @@ pub fn layer_graphs() -> Vec<(String, syn::ItemFn, autofusion_compiler::front::O
 pub fn calibrated_host() -> autofusion_compiler::target::Target {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
     autofusion_compiler::target::cached_host_profile(&dir).unwrap_or_else(|| {
-        eprintln!("note: no calibrated profile under {} (build the crate first); using host defaults", dir.display());
+        eprintln!(
+            "note: no calibrated profile under {} (build the crate first); using host defaults",
+            dir.display()
+        );
         autofusion_compiler::target::Target::host()
     })
 }
@@ -93,7 +104,12 @@ pub fn random_units() -> Vec<(u64, u8, String, autofusion_compiler::Unit)> {
         let base = autofusion_compiler::front::parse_options(attr).unwrap();
         for level in [2u8, 3] {
             let opts = autofusion_compiler::front::Options { opt_level: level, ..base.clone() };
-            out.push((seed, level, src.clone(), autofusion_compiler::Unit::with_options(opts, f).unwrap()));
+            out.push((
+                seed,
+                level,
+                src.clone(),
+                autofusion_compiler::Unit::with_options(opts, f).unwrap(),
+            ));
         }
     }
     out

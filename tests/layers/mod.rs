@@ -7,25 +7,25 @@ use autofusion::prelude::*;
 /// BERT encoder layer: post-LayerNorm, GELU (erf), additive attention mask over keys.
 #[fused_graph(dims(D = 128, H = 4, F = 512))]
 pub fn bert_layer(
-    x: Tensor<f32, {[S, D]}>,
-    mask: Tensor<f32, {[1, S]}>,
-    w_q: Tensor<f32, {[D, D]}>,
-    b_q: Tensor<f32, {[D]}>,
-    w_k: Tensor<f32, {[D, D]}>,
-    b_k: Tensor<f32, {[D]}>,
-    w_v: Tensor<f32, {[D, D]}>,
-    b_v: Tensor<f32, {[D]}>,
-    w_o: Tensor<f32, {[D, D]}>,
-    b_o: Tensor<f32, {[D]}>,
-    ln1_g: Tensor<f32, {[D]}>,
-    ln1_b: Tensor<f32, {[D]}>,
-    w1: Tensor<f32, {[D, F]}>,
-    b1: Tensor<f32, {[F]}>,
-    w2: Tensor<f32, {[F, D]}>,
-    b2: Tensor<f32, {[D]}>,
-    ln2_g: Tensor<f32, {[D]}>,
-    ln2_b: Tensor<f32, {[D]}>,
-) -> Tensor<f32, {[S, D]}> {
+    x: Tensor<f32, { [S, D] }>,
+    mask: Tensor<f32, { [1, S] }>,
+    w_q: Tensor<f32, { [D, D] }>,
+    b_q: Tensor<f32, { [D] }>,
+    w_k: Tensor<f32, { [D, D] }>,
+    b_k: Tensor<f32, { [D] }>,
+    w_v: Tensor<f32, { [D, D] }>,
+    b_v: Tensor<f32, { [D] }>,
+    w_o: Tensor<f32, { [D, D] }>,
+    b_o: Tensor<f32, { [D] }>,
+    ln1_g: Tensor<f32, { [D] }>,
+    ln1_b: Tensor<f32, { [D] }>,
+    w1: Tensor<f32, { [D, F] }>,
+    b1: Tensor<f32, { [F] }>,
+    w2: Tensor<f32, { [F, D] }>,
+    b2: Tensor<f32, { [D] }>,
+    ln2_g: Tensor<f32, { [D] }>,
+    ln2_b: Tensor<f32, { [D] }>,
+) -> Tensor<f32, { [S, D] }> {
     let q = split_heads(linear(x, w_q, b_q), H);
     let k = split_heads(linear(x, w_k, b_k), H);
     let v = split_heads(linear(x, w_v, b_v), H);
@@ -38,19 +38,19 @@ pub fn bert_layer(
 /// Llama-style block: RMSNorm, rotary embeddings, causal attention, SwiGLU FFN.
 #[fused_graph(dims(D = 128, H = 4, F = 352), opt_level = 2)]
 pub fn llama_block(
-    x: Tensor<f32, {[S, D]}>,
-    attn_norm: Tensor<f32, {[D]}>,
-    w_q: Tensor<f32, {[D, D]}>,
-    w_k: Tensor<f32, {[D, D]}>,
-    w_v: Tensor<f32, {[D, D]}>,
-    w_o: Tensor<f32, {[D, D]}>,
-    cos: Tensor<f32, {[S, D / H]}>,
-    sin: Tensor<f32, {[S, D / H]}>,
-    ffn_norm: Tensor<f32, {[D]}>,
-    w_gate: Tensor<f32, {[D, F]}>,
-    w_up: Tensor<f32, {[D, F]}>,
-    w_down: Tensor<f32, {[F, D]}>,
-) -> Tensor<f32, {[S, D]}> {
+    x: Tensor<f32, { [S, D] }>,
+    attn_norm: Tensor<f32, { [D] }>,
+    w_q: Tensor<f32, { [D, D] }>,
+    w_k: Tensor<f32, { [D, D] }>,
+    w_v: Tensor<f32, { [D, D] }>,
+    w_o: Tensor<f32, { [D, D] }>,
+    cos: Tensor<f32, { [S, D / H] }>,
+    sin: Tensor<f32, { [S, D / H] }>,
+    ffn_norm: Tensor<f32, { [D] }>,
+    w_gate: Tensor<f32, { [D, F] }>,
+    w_up: Tensor<f32, { [D, F] }>,
+    w_down: Tensor<f32, { [F, D] }>,
+) -> Tensor<f32, { [S, D] }> {
     let h = rms_norm(x, attn_norm, 1e-6);
     let q = rope(split_heads(matmul(h, w_q), H), cos, sin);
     let k = rope(split_heads(matmul(h, w_k), H), cos, sin);
@@ -64,13 +64,13 @@ pub fn llama_block(
 /// A half-precision FFN with a pre-norm: f16 storage, f32 arithmetic inside kernels.
 #[fused_graph(dims(D = 64, F = 160))]
 pub fn ffn_f16(
-    x: Tensor<f16, {[S, D]}>,
-    g: Tensor<f16, {[D]}>,
-    b: Tensor<f16, {[D]}>,
-    w1: Tensor<f16, {[D, F]}>,
-    b1: Tensor<f16, {[F]}>,
-    w2: Tensor<f16, {[F, D]}>,
-) -> Tensor<f16, {[S, D]}> {
+    x: Tensor<f16, { [S, D] }>,
+    g: Tensor<f16, { [D] }>,
+    b: Tensor<f16, { [D] }>,
+    w1: Tensor<f16, { [D, F] }>,
+    b1: Tensor<f16, { [F] }>,
+    w2: Tensor<f16, { [F, D] }>,
+) -> Tensor<f16, { [S, D] }> {
     let h = layer_norm(x, g, b, 1e-5);
     x + matmul(gelu_tanh(linear(h, w1, b1)), w2)
 }
@@ -78,10 +78,10 @@ pub fn ffn_f16(
 /// bf16 in, f32 math through casts, two outputs (residual stream and its normed copy).
 #[fused_graph(dims(D = 96))]
 pub fn add_norm_bf16(
-    x: Tensor<bf16, {[S, D]}>,
-    r: Tensor<bf16, {[S, D]}>,
-    g: Tensor<bf16, {[D]}>,
-) -> (Tensor<bf16, {[S, D]}>, Tensor<f32, {[S, D]}>) {
+    x: Tensor<bf16, { [S, D] }>,
+    r: Tensor<bf16, { [S, D] }>,
+    g: Tensor<bf16, { [D] }>,
+) -> (Tensor<bf16, { [S, D] }>, Tensor<f32, { [S, D] }>) {
     let s = x + r;
     let n = rms_norm(cast(s, f32), cast(g, f32), 1e-5);
     (s, n)
@@ -91,10 +91,15 @@ pub fn add_norm_bf16(
 /// the other activations, causal masking, reshape of a transposed view (needs a copy).
 #[fused_graph(dims(D = 24))]
 pub fn op_zoo(
-    x: Tensor<f32, {[S, D]}>,
-    y: Tensor<f32, {[S, D]}>,
-    w: Tensor<f32, {[D, 2 * D]}>,
-) -> (Tensor<f32, {[S, D]}>, Tensor<f32, {[1, D]}>, Tensor<f32, {[S, 2 * D]}>, Tensor<f32, {[2, S, D / 2]}>) {
+    x: Tensor<f32, { [S, D] }>,
+    y: Tensor<f32, { [S, D] }>,
+    w: Tensor<f32, { [D, 2 * D] }>,
+) -> (
+    Tensor<f32, { [S, D] }>,
+    Tensor<f32, { [1, D] }>,
+    Tensor<f32, { [S, 2 * D] }>,
+    Tensor<f32, { [2, S, D / 2] }>,
+) {
     let a = relu(x) + tanh(y) * sigmoid(x) - exp(neg(y * y));
     let b = pow(max(x, y), 2.0) / (min(x, y) * min(x, y) + 1.0);
     let c = log(sqrt(b + 1.0)) + rsqrt(b + 2.0) + gelu(a) + silu(a);

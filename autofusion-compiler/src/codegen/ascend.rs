@@ -125,7 +125,9 @@ fn dsize(d: DType) -> u32 {
 /// there), and small helpers.
 fn prelude() -> String {
     let mut s = String::new();
-    s.push_str("#include \"kernel_operator.h\"\n#include \"lib/matmul_intf.h\"\n#include <stdint.h>\n\n");
+    s.push_str(
+        "#include \"kernel_operator.h\"\n#include \"lib/matmul_intf.h\"\n#include <stdint.h>\n\n",
+    );
     let _ = writeln!(s, "#define AF_MAX_DIMS {ASCEND_MAX_DIMS}");
     let _ = writeln!(s, "#define AF_TF {}", ASCEND_TILING_FIELDS.len());
     let _ = writeln!(s, "#define AF_CF {}", ASCEND_CUBE_FIELDS.len());
@@ -135,7 +137,11 @@ fn prelude() -> String {
         let _ = writeln!(s, "    int64_t {f};");
     }
     s.push_str("    int32_t cube[2][AF_CF];\n};\n");
-    let _ = writeln!(s, "static_assert(sizeof(AfTiling) == {}, \"AfTiling layout\");", crate::abi::ascend_tiling_bytes());
+    let _ = writeln!(
+        s,
+        "static_assert(sizeof(AfTiling) == {}, \"AfTiling layout\");",
+        crate::abi::ascend_tiling_bytes()
+    );
     s.push_str(ASC_HELPERS);
     s
 }
@@ -205,7 +211,10 @@ impl Ub {
     /// UB bytes per column: queues double-buffered, slots, three temporaries, a half temp,
     /// and the reduction scratch (2 floats per 64 columns, rounded up to one byte).
     fn per_col(&self) -> u32 {
-        self.queues.iter().map(|q| 2 * dsize(q.1)).sum::<u32>() + 4 * (self.slots as u32 + 3) + 2 + 1
+        self.queues.iter().map(|q| 2 * dsize(q.1)).sum::<u32>()
+            + 4 * (self.slots as u32 + 3)
+            + 2
+            + 1
     }
     /// UB bytes not proportional to the chunk (as `decls` sizes them): the half temp's 32-byte
     /// tail, the scalar area and the scratch's rounding, and up to 32 bytes of alignment per
@@ -219,19 +228,37 @@ impl Ub {
         for (name, d, input) in &self.queues {
             let pos = if *input { "VECIN" } else { "VECOUT" };
             let _ = writeln!(s, "{ind}AscendC::TQue<AscendC::TPosition::{pos}, 1> {name};");
-            let _ = writeln!(s, "{ind}pipe.InitBuffer({name}, 2, (uint32_t)(CH * sizeof({})));", ascend_type(*d));
+            let _ = writeln!(
+                s,
+                "{ind}pipe.InitBuffer({name}, 2, (uint32_t)(CH * sizeof({})));",
+                ascend_type(*d)
+            );
         }
         let _ = writeln!(s, "{ind}AscendC::TBuf<AscendC::TPosition::VECCALC> work, halfb, scal;");
-        let _ = writeln!(s, "{ind}pipe.InitBuffer(work, (uint32_t)(CH * sizeof(float) * {}));", self.slots + 3);
+        let _ = writeln!(
+            s,
+            "{ind}pipe.InitBuffer(work, (uint32_t)(CH * sizeof(float) * {}));",
+            self.slots + 3
+        );
         let _ = writeln!(s, "{ind}pipe.InitBuffer(halfb, (uint32_t)(CH * sizeof(half) + 32));");
-        let _ = writeln!(s, "{ind}pipe.InitBuffer(scal, (uint32_t)(64 + ((2 * ((CH + 63) / 64) + 7) / 8) * 32));");
+        let _ = writeln!(
+            s,
+            "{ind}pipe.InitBuffer(scal, (uint32_t)(64 + ((2 * ((CH + 63) / 64) + 7) / 8) * 32));"
+        );
         let _ = writeln!(s, "{ind}AscendC::LocalTensor<float> wk = work.Get<float>(), sc = scal.Get<float>(), rd = sc, rt = sc[8];");
         let _ = writeln!(s, "{ind}AscendC::LocalTensor<half> hb = halfb.Get<half>();");
         let _ = writeln!(s, "{ind}AscendC::LocalTensor<bfloat16_t> bb = halfb.Get<bfloat16_t>();");
         let _ = writeln!(s, "{ind}AscendC::LocalTensor<float> sl[{}];", self.slots.max(1));
-        let _ = writeln!(s, "{ind}for (int i = 0; i < {}; ++i) sl[i] = wk[(uint32_t)(i * CH)];", self.slots);
+        let _ = writeln!(
+            s,
+            "{ind}for (int i = 0; i < {}; ++i) sl[i] = wk[(uint32_t)(i * CH)];",
+            self.slots
+        );
         let _ = writeln!(s, "{ind}AscendC::LocalTensor<float> ta = wk[(uint32_t)({} * CH)], tb = wk[(uint32_t)({} * CH)], tc = wk[(uint32_t)({} * CH)];", self.slots, self.slots + 1, self.slots + 2);
-        let _ = writeln!(s, "{ind}(void)hb; (void)bb; (void)ta; (void)tb; (void)tc; (void)rd; (void)rt;");
+        let _ = writeln!(
+            s,
+            "{ind}(void)hb; (void)bb; (void)ta; (void)tb; (void)tc; (void)rd; (void)rt;"
+        );
         s
     }
 }
@@ -373,8 +400,12 @@ fn binary_seq(out: &mut String, ind: &str, b: BinaryOp, dst: &str, x: &V, y: &V,
     };
     match (b, x, y) {
         // a^b = exp(b ln a) (a > 0, as the vector unit has no pow); squares exactly.
-        (BinaryOp::Pow, V::T(a), V::S(e)) if e == "2.0f" => w(out, format!("AscendC::Mul({dst}, {a}, {a}, {n});")),
-        (BinaryOp::Pow, V::T(a), V::S(e)) if e == "0.5f" => w(out, format!("AscendC::Sqrt({dst}, {a}, {n});")),
+        (BinaryOp::Pow, V::T(a), V::S(e)) if e == "2.0f" => {
+            w(out, format!("AscendC::Mul({dst}, {a}, {a}, {n});"))
+        }
+        (BinaryOp::Pow, V::T(a), V::S(e)) if e == "0.5f" => {
+            w(out, format!("AscendC::Sqrt({dst}, {a}, {n});"))
+        }
         (BinaryOp::Pow, V::T(a), V::S(e)) => {
             w(out, format!("AscendC::Ln({dst}, {a}, {n});"));
             w(out, format!("AscendC::Muls({dst}, {dst}, {e}, {n});"));
@@ -388,11 +419,21 @@ fn binary_seq(out: &mut String, ind: &str, b: BinaryOp, dst: &str, x: &V, y: &V,
             w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
         }
         (_, V::T(a), V::T(c)) => w(out, format!("AscendC::{}({dst}, {a}, {c}, {n});", api(b))),
-        (BinaryOp::Add, V::T(a), V::S(s)) | (BinaryOp::Add, V::S(s), V::T(a)) => w(out, format!("AscendC::Adds({dst}, {a}, (float)({s}), {n});")),
-        (BinaryOp::Mul, V::T(a), V::S(s)) | (BinaryOp::Mul, V::S(s), V::T(a)) => w(out, format!("AscendC::Muls({dst}, {a}, (float)({s}), {n});")),
-        (BinaryOp::Max, V::T(a), V::S(s)) | (BinaryOp::Max, V::S(s), V::T(a)) => w(out, format!("AscendC::Maxs({dst}, {a}, (float)({s}), {n});")),
-        (BinaryOp::Min, V::T(a), V::S(s)) | (BinaryOp::Min, V::S(s), V::T(a)) => w(out, format!("AscendC::Mins({dst}, {a}, (float)({s}), {n});")),
-        (BinaryOp::Sub, V::T(a), V::S(s)) => w(out, format!("AscendC::Adds({dst}, {a}, -(float)({s}), {n});")),
+        (BinaryOp::Add, V::T(a), V::S(s)) | (BinaryOp::Add, V::S(s), V::T(a)) => {
+            w(out, format!("AscendC::Adds({dst}, {a}, (float)({s}), {n});"))
+        }
+        (BinaryOp::Mul, V::T(a), V::S(s)) | (BinaryOp::Mul, V::S(s), V::T(a)) => {
+            w(out, format!("AscendC::Muls({dst}, {a}, (float)({s}), {n});"))
+        }
+        (BinaryOp::Max, V::T(a), V::S(s)) | (BinaryOp::Max, V::S(s), V::T(a)) => {
+            w(out, format!("AscendC::Maxs({dst}, {a}, (float)({s}), {n});"))
+        }
+        (BinaryOp::Min, V::T(a), V::S(s)) | (BinaryOp::Min, V::S(s), V::T(a)) => {
+            w(out, format!("AscendC::Mins({dst}, {a}, (float)({s}), {n});"))
+        }
+        (BinaryOp::Sub, V::T(a), V::S(s)) => {
+            w(out, format!("AscendC::Adds({dst}, {a}, -(float)({s}), {n});"))
+        }
         (BinaryOp::Div, V::T(a), V::S(s)) => {
             w(out, format!("AscendC::Duplicate(tc, (float)({s}), {n});"));
             w(out, format!("AscendC::Div({dst}, {a}, tc, {n});"));
@@ -405,7 +446,9 @@ fn binary_seq(out: &mut String, ind: &str, b: BinaryOp, dst: &str, x: &V, y: &V,
             w(out, format!("AscendC::Duplicate(tc, (float)({s}), {n});"));
             w(out, format!("AscendC::Div({dst}, tc, {a}, {n});"));
         }
-        (_, V::S(a), V::S(c)) => w(out, format!("AscendC::Duplicate({dst}, (float)({}), {n});", binary_scalar(b, a, c))),
+        (_, V::S(a), V::S(c)) => {
+            w(out, format!("AscendC::Duplicate({dst}, (float)({}), {n});", binary_scalar(b, a, c)))
+        }
     }
 }
 
@@ -425,8 +468,14 @@ fn round_seq(out: &mut String, ind: &str, d: DType, dst: &str, n: &str) {
     match d {
         DType::F32 => {}
         DType::F16 => {
-            let _ = writeln!(out, "{ind}AscendC::Cast<half, float>(hb, {dst}, AscendC::RoundMode::CAST_RINT, {n});");
-            let _ = writeln!(out, "{ind}AscendC::Cast<float, half>({dst}, hb, AscendC::RoundMode::CAST_NONE, {n});");
+            let _ = writeln!(
+                out,
+                "{ind}AscendC::Cast<half, float>(hb, {dst}, AscendC::RoundMode::CAST_RINT, {n});"
+            );
+            let _ = writeln!(
+                out,
+                "{ind}AscendC::Cast<float, half>({dst}, hb, AscendC::RoundMode::CAST_NONE, {n});"
+            );
         }
         DType::BF16 => {
             let _ = writeln!(out, "{ind}AscendC::Cast<bfloat16_t, float>(bb, {dst}, AscendC::RoundMode::CAST_RINT, {n});");
@@ -448,7 +497,8 @@ impl Job<'_> {
         let g = self.g;
         let mut row = self.space.clone();
         *row.last_mut().unwrap() = DimExpr::constant(1);
-        self.space == row || iter_shape(g, id) == self.space && !matches!(g.node(id).op, Op::Reduce { .. })
+        self.space == row
+            || iter_shape(g, id) == self.space && !matches!(g.node(id).op, Op::Reduce { .. })
     }
 
     /// Emit the code of one row (accesses' `acN_row` offsets already computed).
@@ -466,7 +516,12 @@ impl Job<'_> {
         }
         for &m in &self.nodes {
             let n = g.node(m);
-            let a = n.inputs.iter().map(|i| phase.get(i).or(level.get(i)).copied().unwrap_or(0)).max().unwrap_or(0);
+            let a = n
+                .inputs
+                .iter()
+                .map(|i| phase.get(i).or(level.get(i)).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
             if matches!(n.op, Op::Reduce { .. }) {
                 reduce_loop.insert(m, a);
                 level.insert(m, a + 1);
@@ -481,8 +536,17 @@ impl Job<'_> {
         // Scalar sources: one read per row.
         for (id, s) in &self.srcs {
             if let Src::Scalar { gm, off, d } = s {
-                let v = if *d == DType::F32 { format!("{gm}.GetValue({off})") } else { format!("static_cast<float>({gm}.GetValue({off}))") };
-                let _ = writeln!(out, "{ind}const float {t}s{} = {v}; /* {} */", id.0, g.node(*id).name);
+                let v = if *d == DType::F32 {
+                    format!("{gm}.GetValue({off})")
+                } else {
+                    format!("static_cast<float>({gm}.GetValue({off}))")
+                };
+                let _ = writeln!(
+                    out,
+                    "{ind}const float {t}s{} = {v}; /* {} */",
+                    id.0,
+                    g.node(*id).name
+                );
             }
         }
         let scal = |id: NodeId| format!("{t}s{}", id.0);
@@ -504,13 +568,19 @@ impl Job<'_> {
                 }
                 let n = g.node(m);
                 let e = match &n.op {
-                    Op::Reduce { kind: ReduceKind::Mean, .. } => format!("{t}acc{} / (float)({})", m.0, self.ncols),
+                    Op::Reduce { kind: ReduceKind::Mean, .. } => {
+                        format!("{t}acc{} / (float)({})", m.0, self.ncols)
+                    }
                     Op::Reduce { .. } => format!("{t}acc{}", m.0),
                     op => {
-                        let ops: Vec<String> = n.inputs.iter().map(|i| match value_of(*i, &BTreeMap::new()) {
-                            V::S(s) => s,
-                            V::T(_) => unreachable!("a row value reads a full-width value"),
-                        }).collect();
+                        let ops: Vec<String> = n
+                            .inputs
+                            .iter()
+                            .map(|i| match value_of(*i, &BTreeMap::new()) {
+                                V::S(s) => s,
+                                V::T(_) => unreachable!("a row value reads a full-width value"),
+                            })
+                            .collect();
                         match op {
                             Op::Unary(u) => unary_scalar(*u, &ops[0]),
                             Op::Binary(b) => binary_scalar(*b, &ops[0], &ops[1]),
@@ -519,7 +589,13 @@ impl Job<'_> {
                         }
                     }
                 };
-                let _ = writeln!(out, "{ind}const float {} = {}; /* {} */", scal(m), round_scalar(n.dtype, e), n.name);
+                let _ = writeln!(
+                    out,
+                    "{ind}const float {} = {}; /* {} */",
+                    scal(m),
+                    round_scalar(n.dtype, e),
+                    n.name
+                );
             }
         };
         row_vals(0, &mut out);
@@ -527,23 +603,33 @@ impl Job<'_> {
             // What this loop computes: its own full-width members, the inputs of its
             // reductions, and (recomputed) everything of earlier phases they need.
             let mut need: BTreeSet<NodeId> = BTreeSet::new();
-            let mut stack: Vec<NodeId> = phase.iter().filter(|(_, q)| **q == p).map(|(m, _)| *m).filter(|m| members.contains(m)).collect();
-            stack.extend(reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| g.node(*m).inputs[0]));
+            let mut stack: Vec<NodeId> = phase
+                .iter()
+                .filter(|(_, q)| **q == p)
+                .map(|(m, _)| *m)
+                .filter(|m| members.contains(m))
+                .collect();
+            stack.extend(
+                reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| g.node(*m).inputs[0]),
+            );
             stack.extend(self.outs.iter().map(|o| o.0).filter(|o| phase.get(o) == Some(&p)));
             while let Some(x) = stack.pop() {
                 if phase.contains_key(&x) && need.insert(x) && members.contains(&x) {
                     stack.extend(g.node(x).inputs.iter().copied());
                 }
             }
-            let reds: Vec<NodeId> = reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| *m).collect();
-            let is_max = |m: NodeId| matches!(g.node(m).op, Op::Reduce { kind: ReduceKind::Max, .. });
+            let reds: Vec<NodeId> =
+                reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| *m).collect();
+            let is_max =
+                |m: NodeId| matches!(g.node(m).op, Op::Reduce { kind: ReduceKind::Max, .. });
             for &m in &reds {
                 let init = if is_max(m) { "-INFINITY" } else { "0.0f" };
                 let _ = writeln!(out, "{ind}float {t}acc{} = {init};", m.0);
             }
             let _ = writeln!(out, "{ind}for (int64_t c0 = 0; c0 < {}; c0 += CH) {{", self.ncols);
             let i2 = format!("{ind}    ");
-            let _ = writeln!(out, "{i2}const int32_t cn = (int32_t)af_min(CH, {} - c0);", self.ncols);
+            let _ =
+                writeln!(out, "{i2}const int32_t cn = (int32_t)af_min(CH, {} - c0);", self.ncols);
             // CopyIn.
             let mut slots: BTreeMap<NodeId, String> = BTreeMap::new();
             let mut deq: Vec<(String, String, DType)> = Vec::new();
@@ -556,14 +642,21 @@ impl Job<'_> {
                         let q = ub.queue(format!("{t}q{}", id.0), *d, true);
                         let ty = ascend_type(*d);
                         let _ = writeln!(out, "{i2}{{ /* CopyIn {} */", g.node(id).name);
-                        let _ = writeln!(out, "{i2}    AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
+                        let _ = writeln!(
+                            out,
+                            "{i2}    AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();"
+                        );
                         let _ = writeln!(out, "{i2}    AscendC::DataCopyPad(x, {gm}[{off} + c0], AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}}, AscendC::DataCopyPadExtParams<{ty}>{{false, 0, 0, 0}});");
                         let _ = writeln!(out, "{i2}    {q}.EnQue(x);\n{i2}}}");
                         deq.push((q, format!("{t}x{}", id.0), *d));
                     }
                     Src::Gather { gm, off, col0, stride, d } => {
                         let sl = ub.slot();
-                        let cv = if *d == DType::F32 { format!("{gm}.GetValue({off} + ({col0} + c0 + j) * ({stride}))") } else { format!("static_cast<float>({gm}.GetValue({off} + ({col0} + c0 + j) * ({stride})))") };
+                        let cv = if *d == DType::F32 {
+                            format!("{gm}.GetValue({off} + ({col0} + c0 + j) * ({stride}))")
+                        } else {
+                            format!("static_cast<float>({gm}.GetValue({off} + ({col0} + c0 + j) * ({stride})))")
+                        };
                         let _ = writeln!(out, "{i2}for (int32_t j = 0; j < cn; ++j) {sl}.SetValue(j, {cv}); /* gather {} (strided view) */", g.node(id).name);
                         slots.insert(id, sl);
                     }
@@ -594,18 +687,32 @@ impl Job<'_> {
                     let x = value_of(n.inputs[0], &slots);
                     match (x, is_max(m)) {
                         (V::T(x), false) => {
-                            let _ = writeln!(out, "{i2}AscendC::ReduceSum<float>(rd, {x}, rt, cn);");
-                            let _ = writeln!(out, "{i2}{t}acc{} += rd.GetValue(0); /* {} */", m.0, n.name);
+                            let _ =
+                                writeln!(out, "{i2}AscendC::ReduceSum<float>(rd, {x}, rt, cn);");
+                            let _ = writeln!(
+                                out,
+                                "{i2}{t}acc{} += rd.GetValue(0); /* {} */",
+                                m.0, n.name
+                            );
                         }
                         (V::T(x), true) => {
-                            let _ = writeln!(out, "{i2}AscendC::ReduceMax<float>(rd, {x}, rt, cn);");
+                            let _ =
+                                writeln!(out, "{i2}AscendC::ReduceMax<float>(rd, {x}, rt, cn);");
                             let _ = writeln!(out, "{i2}{{ const float v = rd.GetValue(0); {t}acc{0} = v > {t}acc{0} ? v : {t}acc{0}; }} /* {1} */", m.0, n.name);
                         }
                         (V::S(s), false) => {
-                            let _ = writeln!(out, "{i2}{t}acc{} += (float)cn * ({s}); /* {} */", m.0, n.name);
+                            let _ = writeln!(
+                                out,
+                                "{i2}{t}acc{} += (float)cn * ({s}); /* {} */",
+                                m.0, n.name
+                            );
                         }
                         (V::S(s), true) => {
-                            let _ = writeln!(out, "{i2}{t}acc{0} = ({s}) > {t}acc{0} ? ({s}) : {t}acc{0}; /* {1} */", m.0, n.name);
+                            let _ = writeln!(
+                                out,
+                                "{i2}{t}acc{0} = ({s}) > {t}acc{0} ? ({s}) : {t}acc{0}; /* {1} */",
+                                m.0, n.name
+                            );
                         }
                     }
                     continue;
@@ -624,7 +731,8 @@ impl Job<'_> {
                             let _ = writeln!(out, "{i2}AscendC::Adds({dst}, {x}, 0.0f, cn);");
                         }
                         V::S(s) => {
-                            let _ = writeln!(out, "{i2}AscendC::Duplicate({dst}, (float)({s}), cn);");
+                            let _ =
+                                writeln!(out, "{i2}AscendC::Duplicate({dst}, (float)({s}), cn);");
                         }
                     },
                     Op::CausalMask => {
@@ -634,7 +742,10 @@ impl Job<'_> {
                         let x = materialise(&mut out, &i2, &ops[0], "ta", "cn");
                         let _ = writeln!(out, "{i2}AscendC::Adds({dst}, {x}, 0.0f, cn);");
                         let _ = writeln!(out, "{i2}{{\n{i2}    const int64_t keep = af_max(0, af_min(cn, {} + ({}) + 1 - ({} + c0)));", self.row_i, self.causal_shift, self.col0);
-                        let _ = writeln!(out, "{i2}    const int64_t al = af_min(cn, (keep + 7) / 8 * 8);");
+                        let _ = writeln!(
+                            out,
+                            "{i2}    const int64_t al = af_min(cn, (keep + 7) / 8 * 8);"
+                        );
                         let _ = writeln!(out, "{i2}    for (int64_t j = keep; j < al; ++j) {dst}.SetValue((uint32_t)j, -INFINITY);");
                         let _ = writeln!(out, "{i2}    if (al < cn) AscendC::Duplicate({dst}[(uint32_t)al], -INFINITY, (int32_t)(cn - al));\n{i2}}}");
                     }
@@ -653,7 +764,10 @@ impl Job<'_> {
                 let q = ub.queue(format!("{t}o{}", id.0), d, false);
                 let v = materialise(&mut out, &i2, &value_of(*id, &slots), "ta", "cn");
                 let _ = writeln!(out, "{i2}{{ /* CopyOut {} */", g.node(*id).name);
-                let _ = writeln!(out, "{i2}    AscendC::LocalTensor<{ty}> y = {q}.AllocTensor<{ty}>();");
+                let _ = writeln!(
+                    out,
+                    "{i2}    AscendC::LocalTensor<{ty}> y = {q}.AllocTensor<{ty}>();"
+                );
                 if d == DType::F32 {
                     let _ = writeln!(out, "{i2}    AscendC::Adds(y, {v}, 0.0f, cn);");
                 } else {
@@ -714,7 +828,13 @@ impl K<'_> {
         match self.em.col_stride.get(&a) {
             Some(1) => Src::Row { gm, off: format!("{off} + {col0}"), d },
             Some(0) => Src::Scalar { gm, off, d },
-            _ => Src::Gather { gm, off, col0: col0.to_string(), stride: format!("ac{a}_s{}", sp.shape.len() - 1), d },
+            _ => Src::Gather {
+                gm,
+                off,
+                col0: col0.to_string(),
+                stride: format!("ac{a}_s{}", sp.shape.len() - 1),
+                d,
+            },
         }
     }
 }
@@ -725,7 +845,10 @@ fn row_offsets(em: &Emitter, sp: &Space, row: &str, ind: &str) -> String {
     // row_prologue names them acN_row; rename per space so several spaces can coexist.
     let mut s = pro;
     for a in sp.accesses.values() {
-        s = s.replace(&format!("const int64_t ac{a}_row ="), &format!("const int64_t {}_row{a} =", sp.tag));
+        s = s.replace(
+            &format!("const int64_t ac{a}_row ="),
+            &format!("const int64_t {}_row{a} =", sp.tag),
+        );
     }
     s
 }
@@ -734,7 +857,8 @@ fn ext_inputs(g: &Graph, nodes: &[NodeId], members: &BTreeSet<NodeId>) -> Vec<No
     let mut v = Vec::new();
     for &m in nodes {
         for &i in &g.node(m).inputs {
-            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) && !v.contains(&i) {
+            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) && !v.contains(&i)
+            {
                 v.push(i);
             }
         }
@@ -753,7 +877,18 @@ fn gen_rows(k: &mut K, grp: &Group) -> Work {
         srcs.insert(i, s);
     }
     let r = space.len();
-    let outs = grp.outputs.iter().map(|o| (*o, k.gm(k.em.buf[o]), if space_is_row(g, *o, &space) { "r".to_string() } else { "r * N".to_string() }, g.node(*o).dtype)).collect();
+    let outs = grp
+        .outputs
+        .iter()
+        .map(|o| {
+            (
+                *o,
+                k.gm(k.em.buf[o]),
+                if space_is_row(g, *o, &space) { "r".to_string() } else { "r * N".to_string() },
+                g.node(*o).dtype,
+            )
+        })
+        .collect();
     let row_i = if r >= 2 { format!("x_i{}", r - 2) } else { "0".into() };
     let job = Job {
         g,
@@ -768,7 +903,12 @@ fn gen_rows(k: &mut K, grp: &Group) -> Work {
         tag: "x".into(),
     };
     let b = &mut k.body;
-    let _ = writeln!(b, "    const int64_t R = {}, N = {};", k.em.dim(&numel(&space[..r - 1].to_vec())), k.em.dim(&space[r - 1]));
+    let _ = writeln!(
+        b,
+        "    const int64_t R = {}, N = {};",
+        k.em.dim(&numel(&space[..r - 1].to_vec())),
+        k.em.dim(&space[r - 1])
+    );
     let row = job.emit(&mut k.ub, "        ");
     let b = &mut k.body;
     b.push_str("    /*UB*/\n");
@@ -782,7 +922,8 @@ fn gen_rows(k: &mut K, grp: &Group) -> Work {
 /// Whether output `o` is a per-row value (its last extent is 1 while the space's is not).
 fn space_is_row(g: &Graph, o: NodeId, space: &Shape) -> bool {
     let s = &g.node(o).shape;
-    s.last().and_then(|d| d.as_const()) == Some(1) && space.last().and_then(|d| d.as_const()) != Some(1)
+    s.last().and_then(|d| d.as_const()) == Some(1)
+        && space.last().and_then(|d| d.as_const()) != Some(1)
 }
 
 fn causal_shift(em: &Emitter, nodes: &[NodeId]) -> String {
@@ -808,7 +949,12 @@ fn gen_concat(k: &mut K, grp: &Group) -> Work {
     let srcs: Vec<(NodeId, Src)> = n.inputs.iter().map(|i| (*i, k.src(&mut sp, *i, "0"))).collect();
     let ob = k.gm(k.em.buf[&id]);
     let ty = ascend_type(n.dtype);
-    let _ = writeln!(k.body, "    const int64_t R = {}, N = {};", k.em.dim(&numel(&shape[..rank - 1].to_vec())), k.em.dim(&shape[rank - 1]));
+    let _ = writeln!(
+        k.body,
+        "    const int64_t R = {}, N = {};",
+        k.em.dim(&numel(&shape[..rank - 1].to_vec())),
+        k.em.dim(&shape[rank - 1])
+    );
     let mut code = String::new();
     let mut start = DimExpr::constant(0);
     let q = k.ub.queue("cq".into(), n.dtype, true);
@@ -819,11 +965,21 @@ fn gen_concat(k: &mut K, grp: &Group) -> Work {
         let a = sp.accesses[i];
         // Along the last axis each input fills a column window; along another axis, a row
         // comes from exactly one input. Offsets are corrected by -start along the axis.
-        let (cond, c_lo, c_hi) = if axis + 1 == rank { ("true".to_string(), st.clone(), en.clone()) } else { (format!("x_i{axis} >= ({st}) && x_i{axis} < ({en})"), "0".into(), "N".into()) };
+        let (cond, c_lo, c_hi) = if axis + 1 == rank {
+            ("true".to_string(), st.clone(), en.clone())
+        } else {
+            (format!("x_i{axis} >= ({st}) && x_i{axis} < ({en})"), "0".into(), "N".into())
+        };
         let fix = format!("- ({st}) * ac{a}_s{axis}");
-        let _ = writeln!(code, "        if ({cond}) for (int64_t c0 = {c_lo}; c0 < {c_hi}; c0 += CH) {{ /* from {} */", g.node(*i).name);
-        let _ = writeln!(code, "            const int32_t cn = (int32_t)af_min(CH, ({c_hi}) - c0);");
-        let _ = writeln!(code, "            AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
+        let _ = writeln!(
+            code,
+            "        if ({cond}) for (int64_t c0 = {c_lo}; c0 < {c_hi}; c0 += CH) {{ /* from {} */",
+            g.node(*i).name
+        );
+        let _ =
+            writeln!(code, "            const int32_t cn = (int32_t)af_min(CH, ({c_hi}) - c0);");
+        let _ =
+            writeln!(code, "            AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
         match s {
             Src::Row { gm, off, .. } => {
                 let _ = writeln!(code, "            AscendC::DataCopyPad(x, {gm}[{off} {fix} + c0], AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}}, AscendC::DataCopyPadExtParams<{ty}>{{false, 0, 0, 0}});");
@@ -847,7 +1003,11 @@ fn gen_concat(k: &mut K, grp: &Group) -> Work {
     b.push_str(&row_offsets(&k.em, &sp, "r", "        "));
     b.push_str(&code);
     let _ = writeln!(b, "    }}");
-    Work::Rows { rows: numel(&shape[..rank - 1].to_vec()), n: shape[rank - 1].clone(), row_buffers: 0 }
+    Work::Rows {
+        rows: numel(&shape[..rank - 1].to_vec()),
+        n: shape[rank - 1].clone(),
+        row_buffers: 0,
+    }
 }
 
 /// How the Matmul API addresses an operand of `space` (`[batch.., rows, cols]`): `Some((trans,
@@ -894,16 +1054,39 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
             }
         }
     }
-    let pro_nodes: Vec<NodeId> = grp.nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
-    let epi_nodes: Vec<NodeId> = grp.nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
-    let mut spa = Space { tag: "a", shape: with(out_shape[r - 2].clone(), k_dim.clone()), accesses: BTreeMap::new() };
-    let mut spb = Space { tag: "b", shape: with(k_dim.clone(), out_shape[r - 1].clone()), accesses: BTreeMap::new() };
+    let pro_nodes: Vec<NodeId> =
+        grp.nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
+    let epi_nodes: Vec<NodeId> =
+        grp.nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
+    let mut spa = Space {
+        tag: "a",
+        shape: with(out_shape[r - 2].clone(), k_dim.clone()),
+        accesses: BTreeMap::new(),
+    };
+    let mut spb = Space {
+        tag: "b",
+        shape: with(k_dim.clone(), out_shape[r - 1].clone()),
+        accesses: BTreeMap::new(),
+    };
     let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
     let em = &mut k.em;
-    let _ = writeln!(k.body, "    const int64_t BATCH = {}, M = {}, N = {}, K = {};", em.dim(&numel(&batch)), em.dim(&out_shape[r - 2]), em.dim(&out_shape[r - 1]), em.dim(&k_dim));
+    let _ = writeln!(
+        k.body,
+        "    const int64_t BATCH = {}, M = {}, N = {}, K = {};",
+        em.dim(&numel(&batch)),
+        em.dim(&out_shape[r - 2]),
+        em.dim(&out_shape[r - 1]),
+        em.dim(&k_dim)
+    );
     let _ = writeln!(k.body, "    const int64_t MC = t.mc, NC = t.nc, mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
-    let _ = writeln!(k.body, "    __gm__ float *uws = (__gm__ float *)AscendC::GetUserWorkspace(workspace);");
-    let _ = writeln!(k.body, "    int64_t stage = 0; /* floats of staged operands at the start of the user workspace */");
+    let _ = writeln!(
+        k.body,
+        "    __gm__ float *uws = (__gm__ float *)AscendC::GetUserWorkspace(workspace);"
+    );
+    let _ = writeln!(
+        k.body,
+        "    int64_t stage = 0; /* floats of staged operands at the start of the user workspace */"
+    );
     // Operand A: direct (the Matmul API reads the view) or staged by the AIVs.
     let a_direct = if pro_nodes.is_empty() {
         k.em.access(&mut spa, a_in);
@@ -939,9 +1122,24 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
             ncols: "K".into(),
             tag: "a".into(),
         };
-        let row = if nodes.is_empty() { copy_row(&mut k.ub, &job, a_in) } else { job.emit(&mut k.ub, "        ") };
-        let _ = writeln!(staged, "    /* stage A ({}) as contiguous f32 rows in the user workspace */", if pro_nodes.is_empty() { "a view the Matmul API cannot address" } else { "the norm prologue applied once per row" });
-        let _ = writeln!(staged, "    AscendC::GlobalTensor<float> wa; wa.SetGlobalBuffer(uws + stage, BATCH * M * K);");
+        let row = if nodes.is_empty() {
+            copy_row(&mut k.ub, &job, a_in)
+        } else {
+            job.emit(&mut k.ub, "        ")
+        };
+        let _ = writeln!(
+            staged,
+            "    /* stage A ({}) as contiguous f32 rows in the user workspace */",
+            if pro_nodes.is_empty() {
+                "a view the Matmul API cannot address"
+            } else {
+                "the norm prologue applied once per row"
+            }
+        );
+        let _ = writeln!(
+            staged,
+            "    AscendC::GlobalTensor<float> wa; wa.SetGlobalBuffer(uws + stage, BATCH * M * K);"
+        );
         let _ = writeln!(staged, "    for (int64_t ra = aiv; ra < BATCH * M; ra += naiv) {{");
         staged.push_str(&row_offsets(&k.em, &spa, "ra", "        "));
         staged.push_str(&row);
@@ -955,10 +1153,27 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
         let s = k.src(&mut spb, b_in, "0");
         srcs.insert(b_in, s);
         let outs = vec![(b_in, "wb".into(), "rb * N".into(), DType::F32)];
-        let job = Job { g, space: spb.shape.clone(), nodes: vec![], srcs, outs, row_i: "0".into(), causal_shift: "0".into(), col0: "0".into(), ncols: "N".into(), tag: "b".into() };
+        let job = Job {
+            g,
+            space: spb.shape.clone(),
+            nodes: vec![],
+            srcs,
+            outs,
+            row_i: "0".into(),
+            causal_shift: "0".into(),
+            col0: "0".into(),
+            ncols: "N".into(),
+            tag: "b".into(),
+        };
         let row = copy_row(&mut k.ub, &job, b_in);
-        let _ = writeln!(staged, "    /* stage B (a view the Matmul API cannot address) as contiguous f32 rows */");
-        let _ = writeln!(staged, "    AscendC::GlobalTensor<float> wb; wb.SetGlobalBuffer(uws + stage, BATCH * K * N);");
+        let _ = writeln!(
+            staged,
+            "    /* stage B (a view the Matmul API cannot address) as contiguous f32 rows */"
+        );
+        let _ = writeln!(
+            staged,
+            "    AscendC::GlobalTensor<float> wb; wb.SetGlobalBuffer(uws + stage, BATCH * K * N);"
+        );
         let _ = writeln!(staged, "    for (int64_t rb = aiv; rb < BATCH * K; rb += naiv) {{");
         staged.push_str(&row_offsets(&k.em, &spb, "rb", "        "));
         staged.push_str(&row);
@@ -974,7 +1189,11 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
         srcs.insert(i, s);
     }
     srcs.insert(anchor, Src::Row { gm: "wc".into(), off: "ti * NC".into(), d: DType::F32 });
-    let outs: Vec<(NodeId, String, String, DType)> = grp.outputs.iter().map(|o| (*o, k.gm(k.em.buf[o]), "orow * N + n0".to_string(), g.node(*o).dtype)).collect();
+    let outs: Vec<(NodeId, String, String, DType)> = grp
+        .outputs
+        .iter()
+        .map(|o| (*o, k.gm(k.em.buf[o]), "orow * N + n0".to_string(), g.node(*o).dtype))
+        .collect();
     let mut nodes = epi_nodes.clone();
     let anchor_out = grp.outputs.contains(&anchor);
     if anchor_out {
@@ -1007,7 +1226,8 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     }
     let _ = writeln!(b, "    AscendC::GlobalTensor<float> wc; wc.SetGlobalBuffer(uws + stage + aiv * MC * NC, MC * NC); /* this AIV's C tile */");
     let _ = writeln!(b, "    for (int64_t u = aiv; u < units; u += naiv) {{");
-    let _ = writeln!(b, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
+    let _ =
+        writeln!(b, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
     let _ = writeln!(b, "        const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min(MC, M - m0), nlen = af_min(NC, N - n0);");
     if stage_a {
         let _ = writeln!(b, "        AscendC::GlobalTensor<float> ga = wa[(bi * M + m0) * K];");
@@ -1028,23 +1248,43 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     }
     // SetOrgShape comes before SetTensorA/B and SetSingleShape (SetOrgShape.md, constraints);
     // its fifth argument is C's row stride (the tile is NC wide, B's rows N).
-    let _ = writeln!(b, "        mm.SetOrgShape({});", org_shape("M", "N", "K", ta, &lda, tb, &ldb, "NC"));
+    let _ = writeln!(
+        b,
+        "        mm.SetOrgShape({});",
+        org_shape("M", "N", "K", ta, &lda, tb, &ldb, "NC")
+    );
     let _ = writeln!(b, "        mm.SetTensorA(ga, {ta});\n        mm.SetTensorB(gbm, {tb});");
     let _ = writeln!(b, "        mm.SetSingleShape((int)mlen, (int)nlen, (int)K);");
     let _ = writeln!(b, "        mm.IterateAll(wc);");
-    let _ = writeln!(b, "        for (int64_t ti = 0; ti < mlen; ++ti) {{ /* epilogue, row by row */");
+    let _ =
+        writeln!(b, "        for (int64_t ti = 0; ti < mlen; ++ti) {{ /* epilogue, row by row */");
     let _ = writeln!(b, "            const int64_t orow = bi * M + m0 + ti;");
     b.push_str(&row_offsets(&k.em, &spo, "orow", "            "));
     b.push_str(&epi);
     let _ = writeln!(b, "        }}\n    }}\n    mm.End();");
-    (Work::MatMul { batch: numel(&batch), m: out_shape[r - 2].clone(), n: out_shape[r - 1].clone(), k: k_dim }, stage_a, stage_b)
+    (
+        Work::MatMul {
+            batch: numel(&batch),
+            m: out_shape[r - 2].clone(),
+            n: out_shape[r - 1].clone(),
+            k: k_dim,
+        },
+        stage_a,
+        stage_b,
+    )
 }
 
 /// How the Matmul API reads operand `v` of space `sp` (tag `tag`, rows `rows` = the
 /// space's row count, `ncols` columns): directly (`(trans, ld, None)`) or from an f32 copy
 /// the AIVs stage in the user workspace (`(false, ncols, Some(code))`, the code advancing
 /// `stage`; the copy is named `w<tag>`).
-fn operand(k: &mut K, sp: &mut Space, v: NodeId, rows: &str, ncols: &str) -> (bool, String, Option<String>) {
+fn operand(
+    k: &mut K,
+    sp: &mut Space,
+    v: NodeId,
+    rows: &str,
+    ncols: &str,
+) -> (bool, String, Option<String>) {
     let g = k.em.g;
     k.em.access(sp, v);
     if let Some((t, ld)) = mm_layout(&k.em, sp, v) {
@@ -1055,10 +1295,30 @@ fn operand(k: &mut K, sp: &mut Space, v: NodeId, rows: &str, ncols: &str) -> (bo
     let s = k.src(sp, v, "0");
     srcs.insert(v, s);
     let outs = vec![(v, format!("w{tag}"), format!("r{tag} * ({ncols})"), DType::F32)];
-    let job = Job { g, space: sp.shape.clone(), nodes: vec![], srcs, outs, row_i: "0".into(), causal_shift: "0".into(), col0: "0".into(), ncols: ncols.into(), tag: tag.into() };
+    let job = Job {
+        g,
+        space: sp.shape.clone(),
+        nodes: vec![],
+        srcs,
+        outs,
+        row_i: "0".into(),
+        causal_shift: "0".into(),
+        col0: "0".into(),
+        ncols: ncols.into(),
+        tag: tag.into(),
+    };
     let row = copy_row(&mut k.ub, &job, v);
     let mut st = String::new();
-    let _ = writeln!(st, "    /* stage {} ({}) as contiguous f32 rows in the user workspace */", g.node(v).name, if g.node(v).dtype == DType::F32 { "a view the Matmul API cannot address" } else { "converted to f32 for the cube" });
+    let _ = writeln!(
+        st,
+        "    /* stage {} ({}) as contiguous f32 rows in the user workspace */",
+        g.node(v).name,
+        if g.node(v).dtype == DType::F32 {
+            "a view the Matmul API cannot address"
+        } else {
+            "converted to f32 for the cube"
+        }
+    );
     let _ = writeln!(st, "    AscendC::GlobalTensor<float> w{tag}; w{tag}.SetGlobalBuffer(uws + stage, ({rows}) * ({ncols}));");
     let _ = writeln!(st, "    for (int64_t r{tag} = aiv; r{tag} < {rows}; r{tag} += naiv) {{");
     st.push_str(&row_offsets(&k.em, sp, &format!("r{tag}"), "        "));
@@ -1069,7 +1329,16 @@ fn operand(k: &mut K, sp: &mut Space, v: NodeId, rows: &str, ncols: &str) -> (bo
 
 /// `SetOrgShape` arguments of an `m x n` by `kk` product with operand layouts `(ta, lda)`,
 /// `(tb, ldb)` (see `mm_layout`) and C rows `ldc` apart.
-fn org_shape(m: &str, n: &str, kk: &str, ta: bool, lda: &str, tb: bool, ldb: &str, ldc: &str) -> String {
+fn org_shape(
+    m: &str,
+    n: &str,
+    kk: &str,
+    ta: bool,
+    lda: &str,
+    tb: bool,
+    ldb: &str,
+    ldc: &str,
+) -> String {
     format!(
         "(int)({}), (int)({}), (int)({}), (int)({}), (int)({ldc})",
         if ta { lda } else { m },
@@ -1104,13 +1373,31 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     };
     let mut spq = Space { tag: "q", shape: with(sq.clone(), d.clone()), accesses: BTreeMap::new() };
     let mut spk = Space { tag: "k", shape: with(d.clone(), sk.clone()), accesses: BTreeMap::new() };
-    let mut spv = Space { tag: "v", shape: with(sk.clone(), dv.clone()), accesses: BTreeMap::new() };
+    let mut spv =
+        Space { tag: "v", shape: with(sk.clone(), dv.clone()), accesses: BTreeMap::new() };
     let mut sps = Space { tag: "s", shape: ss.clone(), accesses: BTreeMap::new() };
     let em = &mut k.em;
-    let _ = writeln!(k.body, "    const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};", em.dim(&numel(&batch)), em.dim(&sq), em.dim(&sk), em.dim(&d), em.dim(&dv));
-    let _ = writeln!(k.body, "    const int64_t BR = t.br, BC = t.bc, qt = (SQ + BR - 1) / BR, units = BATCH * qt;");
-    let _ = writeln!(k.body, "    __gm__ float *uws = (__gm__ float *)AscendC::GetUserWorkspace(workspace);");
-    let _ = writeln!(k.body, "    int64_t stage = 0; /* floats of staged operands at the start of the user workspace */");
+    let _ = writeln!(
+        k.body,
+        "    const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};",
+        em.dim(&numel(&batch)),
+        em.dim(&sq),
+        em.dim(&sk),
+        em.dim(&d),
+        em.dim(&dv)
+    );
+    let _ = writeln!(
+        k.body,
+        "    const int64_t BR = t.br, BC = t.bc, qt = (SQ + BR - 1) / BR, units = BATCH * qt;"
+    );
+    let _ = writeln!(
+        k.body,
+        "    __gm__ float *uws = (__gm__ float *)AscendC::GetUserWorkspace(workspace);"
+    );
+    let _ = writeln!(
+        k.body,
+        "    int64_t stage = 0; /* floats of staged operands at the start of the user workspace */"
+    );
     let (tq, ldq, stq) = operand(k, &mut spq, q, "BATCH * SQ", "D");
     let (tk, ldk, stk) = operand(k, &mut spk, kt, "BATCH * D", "SK");
     let (tv, ldv, stv) = operand(k, &mut spv, v, "BATCH * SK", "DV");
@@ -1119,7 +1406,10 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     let mut srcs = BTreeMap::new();
     for &m in &f.chain {
         for &i in &g.node(m).inputs {
-            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) && !srcs.contains_key(&i) {
+            if !members.contains(&i)
+                && !matches!(g.node(i).op, Op::Const { .. })
+                && !srcs.contains_key(&i)
+            {
                 let s = k.src(&mut sps, i, "k0");
                 srcs.insert(i, s);
             }
@@ -1156,7 +1446,8 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
         let mut s = String::new();
         let _ = writeln!(s, "{ind}for (int64_t c0 = 0; c0 < {n}; c0 += CH) {{");
         let _ = writeln!(s, "{ind}    const int32_t cn = (int32_t)af_min(CH, {n} - c0);");
-        let _ = writeln!(s, "{ind}    {{ AscendC::LocalTensor<float> x = {fq}.AllocTensor<float>();");
+        let _ =
+            writeln!(s, "{ind}    {{ AscendC::LocalTensor<float> x = {fq}.AllocTensor<float>();");
         let _ = writeln!(s, "{ind}      AscendC::DataCopyPad(x, {src}, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof(float)), 0, 0, 0}}, AscendC::DataCopyPadExtParams<float>{{false, 0, 0, 0}});");
         let _ = writeln!(s, "{ind}      {fq}.EnQue(x); }}");
         let _ = writeln!(s, "{ind}    AscendC::LocalTensor<float> x = {fq}.DeQue<float>();");
@@ -1188,7 +1479,9 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     );
     let b = &mut k.body;
     let _ = writeln!(b, "    AscendC::tiling::TCubeTiling ct0, ct1;\n    af_cube_tiling(t, 0, ct0);\n    af_cube_tiling(t, 1, ct1);");
-    let mt = |tr: bool| format!("matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {tr}>");
+    let mt = |tr: bool| {
+        format!("matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {tr}>")
+    };
     let _ = writeln!(b, "    matmul::Matmul<{}, {}, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>> mqk; /* S = Q K^T */", mt(tq), mt(tk));
     let _ = writeln!(b, "    matmul::Matmul<{}, {}, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>> mpv; /* O += P V */", mt(false), mt(tv));
     let _ = writeln!(b, "    REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mqk, &ct0, mpv, &ct1); /* the AIC serves both, then returns */");
@@ -1204,9 +1497,21 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     let _ = writeln!(b, "    AscendC::GlobalTensor<float> ws, wo; /* this AIV's score tile (S, then P) and output accumulator */");
     let _ = writeln!(b, "    ws.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV), BR * BC);\n    wo.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV) + BR * BC, BR * DV);");
     let _ = writeln!(b, "    for (int64_t u = aiv; u < units; u += naiv) {{");
-    let _ = writeln!(b, "        const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min(BR, SQ - q0);");
+    let _ = writeln!(
+        b,
+        "        const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min(BR, SQ - q0);"
+    );
     let _ = writeln!(b, "        for (int64_t i = 0; i < br; ++i) {{ mr.SetValue((uint32_t)i, -INFINITY); lr.SetValue((uint32_t)i, 0.0f); }}");
-    let operand_at = |b: &mut String, em: &Emitter, sp: &Space, v: NodeId, staged: bool, row: &str, col: &str, t: bool, ld: &str, name: &str| {
+    let operand_at = |b: &mut String,
+                      em: &Emitter,
+                      sp: &Space,
+                      v: NodeId,
+                      staged: bool,
+                      row: &str,
+                      col: &str,
+                      t: bool,
+                      ld: &str,
+                      name: &str| {
         let tag = sp.tag;
         if staged {
             let _ = writeln!(b, "            AscendC::GlobalTensor<float> {name} = w{tag}[({row}) * ({ld}) + {col}];");
@@ -1215,7 +1520,10 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
             let a = sp.accesses[&v];
             let gb = format!("g{}", em.buf[&resolve(em.g, v).base]);
             let c = if t { format!("({col}) * ({ld})") } else { col.to_string() };
-            let _ = writeln!(b, "            AscendC::GlobalTensor<float> {name} = {gb}[{tag}_row{a} + {c}];");
+            let _ = writeln!(
+                b,
+                "            AscendC::GlobalTensor<float> {name} = {gb}[{tag}_row{a} + {c}];"
+            );
         }
     };
     let _ = writeln!(b, "        for (int64_t k0 = 0; k0 < SK; k0 += BC) {{");
@@ -1226,35 +1534,69 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     operand_at(b, &k.em, &spq, q, stage_a, "bi * SQ + q0", "0", tq, &ldq, "gq");
     operand_at(b, &k.em, &spk, kt, stk.is_some(), "bi * D", "k0", tk, &ldk, "gk");
     operand_at(b, &k.em, &spv, v, stv.is_some(), "bi * SK + k0", "0", tv, &ldv, "gv");
-    let _ = writeln!(b, "            mqk.SetOrgShape({});", org_shape("SQ", "SK", "D", tq, &ldq, tk, &ldk, "BC"));
-    let _ = writeln!(b, "            mqk.SetTensorA(gq, {tq});\n            mqk.SetTensorB(gk, {tk});");
+    let _ = writeln!(
+        b,
+        "            mqk.SetOrgShape({});",
+        org_shape("SQ", "SK", "D", tq, &ldq, tk, &ldk, "BC")
+    );
+    let _ =
+        writeln!(b, "            mqk.SetTensorA(gq, {tq});\n            mqk.SetTensorB(gk, {tk});");
     let _ = writeln!(b, "            mqk.SetSingleShape((int)br, (int)bc, (int)D);\n            mqk.IterateAll(ws);");
     let _ = writeln!(b, "            AscendC::PipeBarrier<PIPE_ALL>();");
     let _ = writeln!(b, "            for (int64_t i = 0; i < br; ++i) {{");
     if !chain_code.is_empty() {
-        let _ = writeln!(b, "                /* the chain on the scores: {} */", f.chain.iter().map(|m| g.node(*m).op.name()).collect::<Vec<_>>().join(" "));
+        let _ = writeln!(
+            b,
+            "                /* the chain on the scores: {} */",
+            f.chain.iter().map(|m| g.node(*m).op.name()).collect::<Vec<_>>().join(" ")
+        );
         b.push_str(&row_offsets(&k.em, &sps, "bi * SQ + q0 + i", "                "));
         b.push_str(&chain_code);
         let _ = writeln!(b, "                AscendC::PipeBarrier<PIPE_ALL>(); /* the block max reads what the chain wrote */");
     }
     let _ = writeln!(b, "                float bm = -INFINITY;");
     b.push_str(&stream("ws[i * BC + c0]", "", "bc", &max_body, "                "));
-    let _ = writeln!(b, "                const float mo = mr.GetValue((uint32_t)i), mx = mo > bm ? mo : bm;");
+    let _ = writeln!(
+        b,
+        "                const float mo = mr.GetValue((uint32_t)i), mx = mo > bm ? mo : bm;"
+    );
     let _ = writeln!(b, "                const float mxe = mx == -INFINITY ? 0.0f : mx; /* every key so far masked: P = 0 */");
-    let _ = writeln!(b, "                const float corr = mo == -INFINITY ? 0.0f : af_s_exp(sc, mo - mx);");
+    let _ = writeln!(
+        b,
+        "                const float corr = mo == -INFINITY ? 0.0f : af_s_exp(sc, mo - mx);"
+    );
     let _ = writeln!(b, "                float ps = 0.0f;");
     b.push_str(&stream("ws[i * BC + c0]", "ws[i * BC + c0]", "bc", &exp_body, "                "));
     let _ = writeln!(b, "                lr.SetValue((uint32_t)i, lr.GetValue((uint32_t)i) * corr + ps);\n                mr.SetValue((uint32_t)i, mx);");
-    let _ = writeln!(b, "                if (k0 > 0) {{ /* rescale what was accumulated under the old max */");
-    b.push_str(&stream("wo[i * DV + c0]", "wo[i * DV + c0]", "DV", &scale_body, "                    "));
+    let _ = writeln!(
+        b,
+        "                if (k0 > 0) {{ /* rescale what was accumulated under the old max */"
+    );
+    b.push_str(&stream(
+        "wo[i * DV + c0]",
+        "wo[i * DV + c0]",
+        "DV",
+        &scale_body,
+        "                    ",
+    ));
     let _ = writeln!(b, "                }}\n            }}");
     let _ = writeln!(b, "            AscendC::PipeBarrier<PIPE_ALL>(); /* P and the rescaled O are in GM before the cube reads them */");
-    let _ = writeln!(b, "            mpv.SetOrgShape({});", org_shape("BR", "DV", "BC", false, "BC", tv, &ldv, "DV"));
-    let _ = writeln!(b, "            mpv.SetTensorA(ws, false);\n            mpv.SetTensorB(gv, {tv});");
+    let _ = writeln!(
+        b,
+        "            mpv.SetOrgShape({});",
+        org_shape("BR", "DV", "BC", false, "BC", tv, &ldv, "DV")
+    );
+    let _ = writeln!(
+        b,
+        "            mpv.SetTensorA(ws, false);\n            mpv.SetTensorB(gv, {tv});"
+    );
     let _ = writeln!(b, "            mpv.SetSingleShape((int)br, (int)DV, (int)bc);\n            mpv.IterateAll(wo, k0 > 0 ? 1 : 0); /* the first block writes, later ones add */");
     let _ = writeln!(b, "            AscendC::PipeBarrier<PIPE_ALL>();\n        }}");
     let _ = writeln!(b, "        for (int64_t i = 0; i < br; ++i) {{ /* normalise and store */");
-    let _ = writeln!(b, "            const float l = lr.GetValue((uint32_t)i), inv = l > 0.0f ? 1.0f / l : 0.0f;");
+    let _ = writeln!(
+        b,
+        "            const float l = lr.GetValue((uint32_t)i), inv = l > 0.0f ? 1.0f / l : 0.0f;"
+    );
     b.push_str(&fin);
     let _ = writeln!(b, "        }}\n    }}\n    mqk.End();\n    mpv.End();");
     (Work::Flash { batch: numel(&batch), sq, sk, d, dv }, stage_a, stage_b)
@@ -1278,7 +1620,11 @@ fn copy_row(ub: &mut Ub, job: &Job, v: NodeId) -> String {
                 Src::Scalar { .. } => "0".to_string(),
                 Src::Gather { stride, .. } => stride.clone(),
             };
-            let cv = if *d == DType::F32 { format!("{gm}.GetValue({off} + (c0 + j) * ({stride}))") } else { format!("static_cast<float>({gm}.GetValue({off} + (c0 + j) * ({stride})))") };
+            let cv = if *d == DType::F32 {
+                format!("{gm}.GetValue({off} + (c0 + j) * ({stride}))")
+            } else {
+                format!("static_cast<float>({gm}.GetValue({off} + (c0 + j) * ({stride})))")
+            };
             let _ = writeln!(s, "{ind}    for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {cv});");
         }
     }
@@ -1289,7 +1635,12 @@ fn copy_row(ub: &mut Ub, job: &Job, v: NodeId) -> String {
 }
 
 /// Generate the Ascend C file of one plan.
-pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<AscendSource, String> {
+pub fn generate(
+    g: &Graph,
+    plan: &Plan,
+    symbol: &str,
+    header: &str,
+) -> Result<AscendSource, String> {
     let mut code = String::new();
     let _ = writeln!(code, "/* {header}\n * Ascend C for Atlas A2 (dav-2201). Generated by autofusion-compiler {}. Do not edit. */", env!("CARGO_PKG_VERSION"));
     code.push_str(&prelude());
@@ -1315,7 +1666,12 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
         let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
         let name = format!("k{ki}_{first}");
         let em = Emitter::new(g, buf, &name);
-        let mut k = K { em, table: buffers.iter().map(|b| table.iter().position(|x| x == b).unwrap()).collect(), ub: Ub::default(), body: String::new() };
+        let mut k = K {
+            em,
+            table: buffers.iter().map(|b| table.iter().position(|x| x == b).unwrap()).collect(),
+            ub: Ub::default(),
+            body: String::new(),
+        };
         let (work, mix, cube, sa, sb) = match grp.kind {
             GroupKind::Elementwise => (gen_rows(&mut k, grp), false, 0, false, false),
             GroupKind::Concat => (gen_concat(&mut k, grp), false, 0, false, false),
@@ -1330,12 +1686,29 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
             GroupKind::Horizontal => return Err(format!("{name}: horizontal matmul groups have no Ascend generator (plan without qkv_horizontal)")),
         };
         let ops = describe(g, grp);
-        let why = if grp.rules.is_empty() { "one op: nothing fused".to_string() } else { format!("fused by {}", grp.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")) };
-        let lines: BTreeSet<u32> = grp.nodes.iter().map(|n| g.node(*n).line).filter(|l| *l > 0).collect();
+        let why = if grp.rules.is_empty() {
+            "one op: nothing fused".to_string()
+        } else {
+            format!(
+                "fused by {}",
+                grp.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")
+            )
+        };
+        let lines: BTreeSet<u32> =
+            grp.nodes.iter().map(|n| g.node(*n).line).filter(|l| *l > 0).collect();
         let mut f = String::new();
-        let _ = writeln!(f, "/* {name}: {ops}\n * {why}; writes {}; {}.", grp.outputs.iter().map(|o| g.node(*o).name.clone()).collect::<Vec<_>>().join(", "), if mix { "cube + vector (mix 1:2)" } else { "vector only" });
+        let _ = writeln!(
+            f,
+            "/* {name}: {ops}\n * {why}; writes {}; {}.",
+            grp.outputs.iter().map(|o| g.node(*o).name.clone()).collect::<Vec<_>>().join(", "),
+            if mix { "cube + vector (mix 1:2)" } else { "vector only" }
+        );
         if !lines.is_empty() {
-            let _ = writeln!(f, " * source lines: {}", lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", "));
+            let _ = writeln!(
+                f,
+                " * source lines: {}",
+                lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ")
+            );
         }
         let _ = writeln!(f, " */");
         // Global names carry the module symbol: several modules link into one binary.
@@ -1345,14 +1718,22 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
             let _ = writeln!(f, "    if ASCEND_IS_AIC {{ return; }} /* vector work: in a mix launch (the pipeline) the cube idles */");
         }
         let _ = writeln!(f, "    AfTiling t;\n    af_load_tiling(tilings, {ki}, t);");
-        let _ = writeln!(f, "    int64_t dims[AF_MAX_DIMS];\n    af_load_dims(args, dims);\n    (void)dims;");
+        let _ = writeln!(
+            f,
+            "    int64_t dims[AF_MAX_DIMS];\n    af_load_dims(args, dims);\n    (void)dims;"
+        );
         let _ = writeln!(f, "    const int64_t CH = t.chunk; /* columns per UB chunk (DynamicTiling, multiple of 8) */");
         let _ = writeln!(f, "    const int64_t aiv = AscendC::GetBlockIdx(), naiv = AscendC::GetBlockNum() * AscendC::GetTaskRatio();");
         for (i, v) in buffers.iter().enumerate() {
             let n = g.node(*v);
             let ty = ascend_type(n.dtype);
             let _ = writeln!(f, "    AscendC::GlobalTensor<{ty}> g{i}; /* {} */", n.name);
-            let _ = writeln!(f, "    g{i}.SetGlobalBuffer((__gm__ {ty} *)af_buf(args, {}), (uint64_t)({}));", k.table[i], k.em.dim(&numel(&n.shape)));
+            let _ = writeln!(
+                f,
+                "    g{i}.SetGlobalBuffer((__gm__ {ty} *)af_buf(args, {}), (uint64_t)({}));",
+                k.table[i],
+                k.em.dim(&numel(&n.shape))
+            );
         }
         f.push_str(&k.em.decls);
         let _ = writeln!(f, "    AscendC::TPipe pipe;");
@@ -1360,18 +1741,40 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
         f.push_str(&k.body.replacen("    /*UB*/\n", &ubdecl, 1));
         let _ = writeln!(f, "}}");
         let _ = writeln!(f, "extern \"C\" __global__ __aicore__ void {fname}(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
-        let _ = writeln!(f, "    KERNEL_TASK_TYPE_DEFAULT({});", if mix { "KERNEL_TYPE_MIX_AIC_1_2" } else { "KERNEL_TYPE_AIV_ONLY" });
+        let _ = writeln!(
+            f,
+            "    KERNEL_TASK_TYPE_DEFAULT({});",
+            if mix { "KERNEL_TYPE_MIX_AIC_1_2" } else { "KERNEL_TYPE_AIV_ONLY" }
+        );
         if mix {
             let _ = writeln!(f, "    AscendC::SetSysWorkspace(workspace);");
         }
         let _ = writeln!(f, "    {fname}_body(args, tilings, workspace);\n}}\n");
         code.push_str(&f);
-        kernels.push(AscendKernel { name: name.clone(), buffers, n_inputs: grp.inputs.len(), work, ops, mix, ub_per_col: k.ub.per_col(), ub_fixed: k.ub.fixed(), cube, stage_a: sa, stage_b: sb });
+        kernels.push(AscendKernel {
+            name: name.clone(),
+            buffers,
+            n_inputs: grp.inputs.len(),
+            work,
+            ops,
+            mix,
+            ub_per_col: k.ub.per_col(),
+            ub_fixed: k.ub.fixed(),
+            cube,
+            stage_a: sa,
+            stage_b: sb,
+        });
         bodies.push((fname, mix));
     }
     // The pipeline: every body in one mix launch, synchronised by kernel type.
-    let _ = writeln!(code, "/* The opt_level-3 pipeline: all kernels in one launch (SuperKernel style). Between two");
-    let _ = writeln!(code, " * vector kernels only the AIVs synchronise; around a cube kernel every core does. */");
+    let _ = writeln!(
+        code,
+        "/* The opt_level-3 pipeline: all kernels in one launch (SuperKernel style). Between two"
+    );
+    let _ = writeln!(
+        code,
+        " * vector kernels only the AIVs synchronise; around a cube kernel every core does. */"
+    );
     let _ = writeln!(code, "extern \"C\" __global__ __aicore__ void {symbol}_pipeline(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
     let _ = writeln!(code, "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);\n    AscendC::SetSysWorkspace(workspace);");
     for (i, (name, mix)) in bodies.iter().enumerate() {
@@ -1387,7 +1790,11 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
     }
     let _ = writeln!(code, "}}\n");
     let launch = format!("{symbol}_launch");
-    let _ = writeln!(code, "/* Host side: one launcher for every kernel (kernel == {} launches the pipeline). */", kernels.len());
+    let _ = writeln!(
+        code,
+        "/* Host side: one launcher for every kernel (kernel == {} launches the pipeline). */",
+        kernels.len()
+    );
     let _ = writeln!(code, "extern \"C\" int32_t {launch}(uint32_t kernel, uint32_t block_dim, void *stream, uint8_t *args, uint8_t *tilings, uint8_t *workspace) {{");
     let _ = writeln!(code, "    switch (kernel) {{");
     for (i, (fname, _)) in bodies.iter().enumerate() {
@@ -1395,7 +1802,8 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str) -> Result<As
     }
     let _ = writeln!(code, "    case {}: {symbol}_pipeline<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;", kernels.len());
     let _ = writeln!(code, "    default: return -1;\n    }}\n}}");
-    let json = serde_json::json!({ "kernels": kernels, "buffers": table, "pipeline": plan.pipeline });
+    let json =
+        serde_json::json!({ "kernels": kernels, "buffers": table, "pipeline": plan.pipeline });
     let entry = format!("{symbol}_ascend_json");
     let _ = writeln!(code, "static const char af_ascend_json[] = {};", c_string(&json.to_string()));
     let _ = writeln!(code, "extern \"C\" const char *{entry}(void) {{ return af_ascend_json; }}");

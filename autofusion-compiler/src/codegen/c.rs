@@ -352,7 +352,10 @@ pub struct CSource {
 }
 
 pub(crate) fn ident(s: &str) -> String {
-    let mut out: String = s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' }).collect();
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .collect();
     while out.contains("__") {
         out = out.replace("__", "_");
     }
@@ -364,7 +367,11 @@ pub fn c_float(v: f64) -> String {
     if f.is_nan() {
         "NAN".into()
     } else if f.is_infinite() {
-        if f > 0.0 { "INFINITY".into() } else { "(-INFINITY)".into() }
+        if f > 0.0 {
+            "INFINITY".into()
+        } else {
+            "(-INFINITY)".into()
+        }
     } else {
         let s = format!("{f:?}");
         let s = if s.contains('.') || s.contains('e') { s } else { format!("{s}.0") };
@@ -449,7 +456,15 @@ pub(crate) struct Emitter<'g> {
 
 impl<'g> Emitter<'g> {
     pub(crate) fn new(g: &'g Graph, buf: BTreeMap<NodeId, usize>, kname: &str) -> Emitter<'g> {
-        Emitter { g, buf, decls: String::new(), n_access: 0, col_stride: BTreeMap::new(), kname: kname.to_string(), packs: Vec::new() }
+        Emitter {
+            g,
+            buf,
+            decls: String::new(),
+            n_access: 0,
+            col_stride: BTreeMap::new(),
+            kname: kname.to_string(),
+            packs: Vec::new(),
+        }
     }
     pub(crate) fn dim(&self, d: &DimExpr) -> String {
         d.to_c(&|s| self.g.dim_index(s))
@@ -475,7 +490,11 @@ impl<'g> Emitter<'g> {
         }
         if let Some(k) = strides[rank - 1].as_const() {
             self.col_stride.insert(a, k);
-            let _ = writeln!(self.decls, "    (void)ac{a}_s{}; /* the column stride is written as the literal {k} */", rank - 1);
+            let _ = writeln!(
+                self.decls,
+                "    (void)ac{a}_s{}; /* the column stride is written as the literal {k} */",
+                rank - 1
+            );
         }
         sp.accesses.insert(v, a);
         a
@@ -490,7 +509,11 @@ impl<'g> Emitter<'g> {
                 let _ = writeln!(s, "{indent}const int64_t {t}_i0 = {t}_rem;", t = sp.tag);
             } else {
                 let ext = self.dim(&sp.shape[d]);
-                let _ = writeln!(s, "{indent}const int64_t {t}_i{d} = {t}_rem % {ext}; {t}_rem /= {ext};", t = sp.tag);
+                let _ = writeln!(
+                    s,
+                    "{indent}const int64_t {t}_i{d} = {t}_rem % {ext}; {t}_rem /= {ext};",
+                    t = sp.tag
+                );
             }
         }
         let _ = writeln!(s, "{indent}(void){t}_rem;", t = sp.tag);
@@ -511,7 +534,10 @@ impl<'g> Emitter<'g> {
     fn read_inner(&self, sp: &Space, v: NodeId, inner: &str, col: &str) -> String {
         let a = sp.accesses[&v];
         let rank = sp.shape.len();
-        self.read(sp, v, col).replace(&format!("ac{a}_row"), &format!("(ac{a}_row + ({inner}) * ac{a}_s{})", rank - 2))
+        self.read(sp, v, col).replace(
+            &format!("ac{a}_row"),
+            &format!("(ac{a}_row + ({inner}) * ac{a}_s{})", rank - 2),
+        )
     }
     /// Whether reading `v` along a row is not unit-stride (a transposed view): packing then
     /// walks the columns in the outer loop so the reads run along memory.
@@ -601,13 +627,17 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         *r.last_mut().unwrap() = DimExpr::constant(1);
         r
     };
-    let full = |id: NodeId| space == row_shape || iter_shape(g, id) == space && !matches!(g.node(id).op, Op::Reduce { .. });
+    let full = |id: NodeId| {
+        space == row_shape
+            || iter_shape(g, id) == space && !matches!(g.node(id).op, Op::Reduce { .. })
+    };
     // Phases: a full-width op runs in the loop of its phase; a row value is ready at its level.
     let mut phase: BTreeMap<NodeId, usize> = BTreeMap::new();
     let mut level: BTreeMap<NodeId, usize> = BTreeMap::new();
-    let avail = |phase: &BTreeMap<NodeId, usize>, level: &BTreeMap<NodeId, usize>, i: NodeId| -> usize {
-        phase.get(&i).or(level.get(&i)).copied().unwrap_or(0)
-    };
+    let avail = |phase: &BTreeMap<NodeId, usize>,
+                 level: &BTreeMap<NodeId, usize>,
+                 i: NodeId|
+     -> usize { phase.get(&i).or(level.get(&i)).copied().unwrap_or(0) };
     let mut reduce_loop: BTreeMap<NodeId, usize> = BTreeMap::new();
     for &m in &grp.nodes {
         let n = g.node(m);
@@ -647,7 +677,12 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let _ = writeln!(body, "    const int64_t R = {r_expr}, N = {n_expr};");
     let _ = writeln!(body, "    const int64_t r0 = block * t->rows_per_block, r1 = af_min64(R, r0 + t->rows_per_block);");
     for (m, k) in &rowbuf {
-        let _ = writeln!(body, "    float *rb{} = scratch + (int64_t){k} * N; /* {} */", m.0, g.node(*m).name);
+        let _ = writeln!(
+            body,
+            "    float *rb{} = scratch + (int64_t){k} * N; /* {} */",
+            m.0,
+            g.node(*m).name
+        );
     }
     let _ = writeln!(body, "    for (int64_t r = r0; r < r1; ++r) {{");
     body.push_str(&em.row_prologue(&sp, "r", "        "));
@@ -665,10 +700,13 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
             let n = g.node(m);
             if let Op::Reduce { kind, .. } = n.op {
                 let v = em.var(m);
-                let e = round_to(n.dtype, match kind {
-                    ReduceKind::Mean => format!("acc{} / (float)N", m.0),
-                    _ => format!("acc{}", m.0),
-                });
+                let e = round_to(
+                    n.dtype,
+                    match kind {
+                        ReduceKind::Mean => format!("acc{} / (float)N", m.0),
+                        _ => format!("acc{}", m.0),
+                    },
+                );
                 let _ = writeln!(body, "        const float {v} = {e}; /* {} */", n.name);
             } else {
                 let ops: Vec<String> = n
@@ -676,7 +714,13 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
                     .iter()
                     .map(|i| operand(em, &sp, &members, &|x| Some(em.var(x)), *i, "0"))
                     .collect();
-                let _ = writeln!(body, "        const float {} = {}; /* {} */", em.var(m), member_expr(g, &sp, m, &ops, "0"), n.name);
+                let _ = writeln!(
+                    body,
+                    "        const float {} = {}; /* {} */",
+                    em.var(m),
+                    member_expr(g, &sp, m, &ops, "0"),
+                    n.name
+                );
             }
             if outputs.contains(&m) {
                 let _ = writeln!(body, "        {}", store_out(em, m, "r"));
@@ -685,11 +729,17 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     };
     for p in 0..n_loops {
         row_vals(p, body);
-        let reds: Vec<NodeId> = reduce_loop.iter().filter(|(_, lp)| **lp == p).map(|(m, _)| *m).collect();
+        let reds: Vec<NodeId> =
+            reduce_loop.iter().filter(|(_, lp)| **lp == p).map(|(m, _)| *m).collect();
         let is_max = |m: NodeId| matches!(g.node(m).op, Op::Reduce { kind: ReduceKind::Max, .. });
         for &m in &reds {
             let init = if is_max(m) { "(-INFINITY)" } else { "0.0f" };
-            let _ = writeln!(body, "        float accv{0}[{RED_LANES}] = {{{1}}};", m.0, vec![init; RED_LANES].join(", "));
+            let _ = writeln!(
+                body,
+                "        float accv{0}[{RED_LANES}] = {{{1}}};",
+                m.0,
+                vec![init; RED_LANES].join(", ")
+            );
         }
         // The loop body for column `c`; reductions accumulate into lane `l` of RED_LANES
         // partials, so the sums run as independent chains the compiler can vectorise.
@@ -716,8 +766,14 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
                     let _ = writeln!(lt, "                accv{}[l] += {x}; /* {} */", m.0, n.name);
                 }
             } else if phase.get(&m) == Some(&p) {
-                let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &sp, &members, &local, *i, "c")).collect();
-                let mut line = format!("                const float {} = {}; /* {} */\n", em.var(m), member_expr(g, &sp, m, &ops, "c"), n.name);
+                let ops: Vec<String> =
+                    n.inputs.iter().map(|i| operand(em, &sp, &members, &local, *i, "c")).collect();
+                let mut line = format!(
+                    "                const float {} = {}; /* {} */\n",
+                    em.var(m),
+                    member_expr(g, &sp, m, &ops, "c"),
+                    n.name
+                );
                 if rowbuf.contains_key(&m) {
                     let _ = writeln!(line, "                rb{}[c] = {};", m.0, em.var(m));
                 }
@@ -733,14 +789,23 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         } else {
             let _ = writeln!(body, "        int64_t cb{p} = 0;");
             let maxes: Vec<NodeId> = reds.iter().copied().filter(|m| is_max(*m)).collect();
-            let tvs: String = maxes.iter().map(|m| format!("            float tv{}[{RED_LANES}];\n", m.0)).collect();
+            let tvs: String = maxes
+                .iter()
+                .map(|m| format!("            float tv{}[{RED_LANES}];\n", m.0))
+                .collect();
             let joins: String = maxes.iter().map(|m| format!("            for (int64_t l = 0; l < {RED_LANES}; ++l) accv{0}[l] = tv{0}[l] > accv{0}[l] ? tv{0}[l] : accv{0}[l];\n", m.0)).collect();
             let _ = writeln!(body, "        for (; cb{p} + {RED_LANES} <= N; cb{p} += {RED_LANES}) {{\n{tvs}            for (int64_t l = 0; l < {RED_LANES}; ++l) {{\n                const int64_t c = cb{p} + l;\n{lb}            }}\n{joins}        }}");
             let _ = writeln!(body, "        for (int64_t l = 0; cb{p} + l < N; ++l) {{ /* tail */\n            {{\n                const int64_t c = cb{p} + l;\n{lt}            }}\n        }}");
             for &m in &reds {
                 let v = |k: usize| format!("accv{}[{k}]", m.0);
                 // Partial maxima are never NaN (they start at -inf and skip NaN), so a plain max joins them.
-                let comb = |x: String, y: String| if is_max(m) { format!("(({x}) > ({y}) ? ({x}) : ({y}))") } else { format!("({x} + {y})") };
+                let comb = |x: String, y: String| {
+                    if is_max(m) {
+                        format!("(({x}) > ({y}) ? ({x}) : ({y}))")
+                    } else {
+                        format!("({x} + {y})")
+                    }
+                };
                 // Pairwise tree over the partials (fixed order: the result does not depend on the ISA).
                 let mut level: Vec<String> = (0..RED_LANES).map(v).collect();
                 while level.len() > 1 {
@@ -753,7 +818,11 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     }
     row_vals(n_loops, body);
     let _ = writeln!(body, "    }}");
-    Work::Rows { rows: numel(&space[..space.len() - 1].to_vec()), n: space.last().unwrap().clone(), row_buffers: rowbuf.len() as u32 }
+    Work::Rows {
+        rows: numel(&space[..space.len() - 1].to_vec()),
+        n: space.last().unwrap().clone(),
+        row_buffers: rowbuf.len() as u32,
+    }
 }
 
 fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
@@ -780,7 +849,13 @@ fn gen_horizontal(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
 
 /// One matmul with its prologue and epilogue; its work units start at `hoff` in the block
 /// numbering. Returns (batch, m, n, k).
-fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>, outputs: &BTreeSet<NodeId>, body: &mut String) -> (DimExpr, DimExpr, DimExpr, DimExpr) {
+fn gen_matmul_part(
+    em: &mut Emitter,
+    anchor: NodeId,
+    members: &BTreeSet<NodeId>,
+    outputs: &BTreeSet<NodeId>,
+    body: &mut String,
+) -> (DimExpr, DimExpr, DimExpr, DimExpr) {
     let g = em.g;
     let grp_nodes: Vec<NodeId> = members.iter().copied().collect();
     let out_shape = g.node(anchor).shape.clone();
@@ -804,7 +879,8 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
             }
         }
     }
-    let epilogue: Vec<NodeId> = grp_nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
+    let epilogue: Vec<NodeId> =
+        grp_nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
     let mut spa = Space { tag: "a", shape: a_shape, accesses: BTreeMap::new() };
     let mut spb = Space { tag: "b", shape: b_shape.clone(), accesses: BTreeMap::new() };
     let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
@@ -820,7 +896,8 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     }
     // B read from a parameter (a weight) is packed once per tensor by a pack function the
     // runtime runs (see `abi::PackMeta`); any other B is packed here, one sliver at a time.
-    let packed = matches!(g.node(resolve(g, b_in).base).op, Op::Param { .. }).then(|| pack_b(em, &b_shape, b_in));
+    let packed = matches!(g.node(resolve(g, b_in).base).op, Op::Param { .. })
+        .then(|| pack_b(em, &b_shape, b_in));
     if packed.is_none() {
         em.access(&mut spb, b_in);
     }
@@ -847,22 +924,36 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     let _ = writeln!(body, "    const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
     let _ = writeln!(body, "    const int64_t ub = block * t->rows_per_block - hoff, u0 = ub < 0 ? 0 : ub, u1 = af_min64(units, ub + t->rows_per_block);");
     let _ = writeln!(body, "    for (int64_t u = u0; u < u1; ++u) {{");
-    let _ = writeln!(body, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
+    let _ = writeln!(
+        body,
+        "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;"
+    );
     let _ = writeln!(body, "        const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);");
-    let _ = writeln!(body, "        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * LDC));");
+    let _ =
+        writeln!(body, "        if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * LDC));");
     // A of f32 with contiguous rows and no prologue is read in place by the micro-kernel.
-    let a_direct = prologue.is_empty() && g.node(a_in).dtype == DType::F32 && !em.strided_cols(&spa, a_in);
+    let a_direct =
+        prologue.is_empty() && g.node(a_in).dtype == DType::F32 && !em.strided_cols(&spa, a_in);
     if a_direct {
         let a = spa.accesses[&a_in];
         let _ = writeln!(body, "        /* A read in place (f32, contiguous rows): no packing */");
         body.push_str(&em.row_prologue(&spa, "bi * M + m0", "        "));
-        let _ = writeln!(body, "        const float *Ab = in{} + ac{a}_row;\n        const int64_t lda = ac{a}_s{};", em.buf[&resolve(g, a_in).base], r - 2);
+        let _ = writeln!(
+            body,
+            "        const float *Ab = in{} + ac{a}_row;\n        const int64_t lda = ac{a}_s{};",
+            em.buf[&resolve(g, a_in).base],
+            r - 2
+        );
     }
     let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < K; k0 += KC) {{");
     let _ = writeln!(body, "            const int64_t klen = af_min64(KC, K - k0);");
     if !a_direct {
         // Pack A in slivers of MR rows, applying the prologue once per row of the block.
-        let _ = writeln!(body, "            for (int64_t m = 0; m < mlen; ++m) {{ /* pack A{} */", if prologue.is_empty() { "" } else { " with the prologue" });
+        let _ = writeln!(
+            body,
+            "            for (int64_t m = 0; m < mlen; ++m) {{ /* pack A{} */",
+            if prologue.is_empty() { "" } else { " with the prologue" }
+        );
         body.push_str(&em.row_prologue(&spa, "bi * M + m0 + m", "                "));
         let _ = writeln!(body, "                float *ap = Ap + (m / MR) * MR * klen + m % MR;");
         let a_val = operand(em, &spa, &members, &|x| Some(em.var(x)), a_in, "c");
@@ -877,12 +968,25 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
             let _ = writeln!(body, "                    const int64_t c = k0 + k;");
             for &m in grp_nodes.iter().filter(|m| prologue.contains(m)) {
                 let n = g.node(m);
-                let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &spa, &members, &|x| Some(em.var(x)), *i, "c")).collect();
-                let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &spa, m, &ops, "c"), n.name);
+                let ops: Vec<String> = n
+                    .inputs
+                    .iter()
+                    .map(|i| operand(em, &spa, &members, &|x| Some(em.var(x)), *i, "c"))
+                    .collect();
+                let _ = writeln!(
+                    body,
+                    "                    const float {} = {}; /* {} */",
+                    em.var(m),
+                    member_expr(g, &spa, m, &ops, "c"),
+                    n.name
+                );
             }
             let _ = writeln!(body, "                    Ar[k] = {a_val};");
             let _ = writeln!(body, "                }}");
-            let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) ap[k * MR] = Ar[k];");
+            let _ = writeln!(
+                body,
+                "                for (int64_t k = 0; k < klen; ++k) ap[k * MR] = Ar[k];"
+            );
         }
         let _ = writeln!(body, "            }}");
     }
@@ -902,24 +1006,47 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
     let _ = writeln!(body, "            }}");
     let _ = writeln!(body, "        }}");
     // Epilogue while storing C.
-    let _ = writeln!(body, "        for (int64_t m = 0; m < mlen; ++m) {{ /* store C{} */", if epilogue.is_empty() { "" } else { " with the epilogue" });
+    let _ = writeln!(
+        body,
+        "        for (int64_t m = 0; m < mlen; ++m) {{ /* store C{} */",
+        if epilogue.is_empty() { "" } else { " with the epilogue" }
+    );
     body.push_str(&em.row_prologue(&spo, "bi * M + m0 + m", "            "));
     let _ = writeln!(body, "            const int64_t orow = (bi * M + m0 + m) * N;");
     let _ = writeln!(body, "            for (int64_t n = 0; n < nlen; ++n) {{");
     let _ = writeln!(body, "                const int64_t c = n0 + n;");
     let acc = round_to(g.node(anchor).dtype, "Cc[m * LDC + n]".into());
-    let _ = writeln!(body, "                const float {} = {acc}; /* {} */", em.var(anchor), g.node(anchor).name);
+    let _ = writeln!(
+        body,
+        "                const float {} = {acc}; /* {} */",
+        em.var(anchor),
+        g.node(anchor).name
+    );
     let store_all = |m: NodeId, body: &mut String| {
         if outputs.contains(&m) {
             let b = em.buf[&m];
-            let _ = writeln!(body, "                {}", store(g.node(m).dtype, &format!("out{b}"), "orow + c", &em.var(m)));
+            let _ = writeln!(
+                body,
+                "                {}",
+                store(g.node(m).dtype, &format!("out{b}"), "orow + c", &em.var(m))
+            );
         }
     };
     store_all(anchor, body);
     for &m in &epilogue {
         let n = g.node(m);
-        let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &spo, &members, &|x| Some(em.var(x)), *i, "c")).collect();
-        let _ = writeln!(body, "                const float {} = {}; /* {} */", em.var(m), member_expr(g, &spo, m, &ops, "c"), n.name);
+        let ops: Vec<String> = n
+            .inputs
+            .iter()
+            .map(|i| operand(em, &spo, &members, &|x| Some(em.var(x)), *i, "c"))
+            .collect();
+        let _ = writeln!(
+            body,
+            "                const float {} = {}; /* {} */",
+            em.var(m),
+            member_expr(g, &spo, m, &ops, "c"),
+            n.name
+        );
         store_all(m, body);
     }
     let _ = writeln!(body, "            }}\n        }}\n    }}");
@@ -929,20 +1056,37 @@ fn gen_matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>,
 /// Code writing rows `k0 .. k0 + klen` of B's NR columns from `col0` into the sliver `dst`
 /// (`dst[k * NR + j]`, columns past `nr` zero), in the space `sp` of B (batch + [K, N], row
 /// index `bi * K + k`). A transposed view is walked column by column, K inside (along memory).
-fn b_sliver(em: &Emitter, sp: &Space, b: NodeId, k0: &str, klen: &str, col0: &str, dst: &str, ind: &str) -> String {
+fn b_sliver(
+    em: &Emitter,
+    sp: &Space,
+    b: NodeId,
+    k0: &str,
+    klen: &str,
+    col0: &str,
+    dst: &str,
+    ind: &str,
+) -> String {
     let mut c = String::new();
     let k = if k0 == "0" { "k".to_string() } else { format!("{k0} + k") };
     if em.strided_cols(sp, b) {
         c.push_str(&em.row_prologue(sp, "bi * K", ind));
         let _ = writeln!(c, "{ind}for (int64_t j = 0; j < NR; ++j) {{");
         let _ = writeln!(c, "{ind}    if (j >= nr) {{ for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = 0.0f; continue; }}");
-        let _ = writeln!(c, "{ind}    for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = {};", em.read_inner(sp, b, &k, &format!("{col0} + j")));
+        let _ = writeln!(
+            c,
+            "{ind}    for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = {};",
+            em.read_inner(sp, b, &k, &format!("{col0} + j"))
+        );
         let _ = writeln!(c, "{ind}}}");
     } else {
         let _ = writeln!(c, "{ind}for (int64_t k = 0; k < {klen}; ++k) {{");
         c.push_str(&em.row_prologue(sp, &format!("bi * K + {k}"), &format!("{ind}    ")));
         let _ = writeln!(c, "{ind}    float *restrict row = {dst} + k * NR;");
-        let _ = writeln!(c, "{ind}    for (int64_t j = 0; j < nr; ++j) row[j] = {};", em.read(sp, b, &format!("{col0} + j")));
+        let _ = writeln!(
+            c,
+            "{ind}    for (int64_t j = 0; j < nr; ++j) row[j] = {};",
+            em.read(sp, b, &format!("{col0} + j"))
+        );
         let _ = writeln!(c, "{ind}    for (int64_t j = nr; j < NR; ++j) row[j] = 0.0f;");
         let _ = writeln!(c, "{ind}}}");
     }
@@ -968,21 +1112,39 @@ fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
     let _ = writeln!(c, "/* {func}: B of {} (`{}`), packed once per weight tensor as f32 slivers of NR columns (the\n * micro-kernel's B layout); the runtime reruns it only when another tensor is passed. */", em.kname, g.node(param).name);
     let _ = writeln!(c, "AF_CLONES static void {func}(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch) {{");
     let _ = writeln!(c, "    (void)dims; (void)scratch;");
-    let _ = writeln!(c, "    const {} *restrict in{b} = (const {} *)bufs[{b}]; /* {} */", ctype(d), ctype(d), g.node(param).name);
+    let _ = writeln!(
+        c,
+        "    const {} *restrict in{b} = (const {} *)bufs[{b}]; /* {} */",
+        ctype(d),
+        ctype(d),
+        g.node(param).name
+    );
     let _ = writeln!(c, "    float *restrict dst = (float *)bufs[{slot}];");
     c.push_str(&pe.decls);
-    let _ = writeln!(c, "    const int64_t BATCH = {}, K = {}, N = {};", pe.dim(&batch), pe.dim(&b_shape[r - 2]), pe.dim(&b_shape[r - 1]));
+    let _ = writeln!(
+        c,
+        "    const int64_t BATCH = {}, K = {}, N = {};",
+        pe.dim(&batch),
+        pe.dim(&b_shape[r - 2]),
+        pe.dim(&b_shape[r - 1])
+    );
     let _ = writeln!(c, "    const int64_t NR = af_isa().nr, nsl = (N + NR - 1) / NR, ng = (N + AF_NR_MAX - 1) / AF_NR_MAX;");
     let _ = writeln!(c, "    const int64_t g0 = block * t->rows_per_block, g1 = af_min64(t->units, g0 + t->rows_per_block);");
     let _ = writeln!(c, "    (void)BATCH;");
-    let _ = writeln!(c, "    for (int64_t gi = g0; gi < g1; ++gi) {{ /* a group of NR_MAX columns of one matrix */");
+    let _ = writeln!(
+        c,
+        "    for (int64_t gi = g0; gi < g1; ++gi) {{ /* a group of NR_MAX columns of one matrix */"
+    );
     let _ = writeln!(c, "        const int64_t bi = gi / ng, c0 = (gi % ng) * AF_NR_MAX, c1 = af_min64(N, c0 + AF_NR_MAX);");
     let _ = writeln!(c, "        for (int64_t j0 = c0; j0 < c1; j0 += NR) {{");
     let _ = writeln!(c, "            const int64_t nr = af_min64(NR, N - j0);");
     let _ = writeln!(c, "            float *restrict ds = dst + (bi * nsl + j0 / NR) * K * NR;");
     c.push_str(&b_sliver(&pe, &sp, b_in, "0", "K", "j0", "ds", "            "));
     let _ = writeln!(c, "        }}\n    }}\n}}\n");
-    em.packs.push((PackMeta { func, param, batch, k: b_shape[r - 2].clone(), n: b_shape[r - 1].clone() }, c));
+    em.packs.push((
+        PackMeta { func, param, batch, k: b_shape[r - 2].clone(), n: b_shape[r - 1].clone() },
+        c,
+    ));
     slot
 }
 
@@ -1004,9 +1166,12 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         s.extend(last2);
         s
     };
-    let mut spq = Space { tag: "q", shape: with([sq.clone(), d.clone()]), accesses: BTreeMap::new() };
-    let mut spk = Space { tag: "k", shape: with([d.clone(), sk.clone()]), accesses: BTreeMap::new() };
-    let mut spv = Space { tag: "v", shape: with([sk.clone(), dv.clone()]), accesses: BTreeMap::new() };
+    let mut spq =
+        Space { tag: "q", shape: with([sq.clone(), d.clone()]), accesses: BTreeMap::new() };
+    let mut spk =
+        Space { tag: "k", shape: with([d.clone(), sk.clone()]), accesses: BTreeMap::new() };
+    let mut spv =
+        Space { tag: "v", shape: with([sk.clone(), dv.clone()]), accesses: BTreeMap::new() };
     let mut sps = Space { tag: "s", shape: ss.clone(), accesses: BTreeMap::new() };
     em.access(&mut spq, q);
     em.access(&mut spk, kt);
@@ -1019,7 +1184,15 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         }
     }
     let causal = f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask);
-    let _ = writeln!(body, "    const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};", em.dim(&numel(&batch)), em.dim(&sq), em.dim(&sk), em.dim(&d), em.dim(&dv));
+    let _ = writeln!(
+        body,
+        "    const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};",
+        em.dim(&numel(&batch)),
+        em.dim(&sq),
+        em.dim(&sk),
+        em.dim(&d),
+        em.dim(&dv)
+    );
     let _ = writeln!(body, "    /* units: QPU query blocks of BR rows of one head; K and V are packed once per unit */");
     let _ = writeln!(body, "    const int64_t BR = t->mc, BC = t->nc, QPU = t->kc, qt = (SQ + BR - 1) / BR, ug = (qt + QPU - 1) / QPU, units = BATCH * ug;");
     let _ = writeln!(body, "    const af_isa_info isa = af_isa();");
@@ -1030,12 +1203,20 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let _ = writeln!(body, "    float *Ot = St + BR * BC, *Mr = Ot + BR * DV, *Lr = Mr + BR;");
     let _ = writeln!(body, "    const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);");
     let _ = writeln!(body, "    for (int64_t u = u0; u < u1; ++u) {{");
-    let _ = writeln!(body, "        const int64_t bi = u / ug, qb0 = (u % ug) * QPU, qb1 = af_min64(qt, qb0 + QPU);");
+    let _ = writeln!(
+        body,
+        "        const int64_t bi = u / ug, qb0 = (u % ug) * QPU, qb1 = af_min64(qt, qb0 + QPU);"
+    );
     if causal {
         let shift = sk.sub(&sq);
         let _ = writeln!(body, "        /* keys any query of the unit sees, rounded up to whole key blocks (later ones are masked) */");
-        let _ = writeln!(body, "        const int64_t need = af_min64(SQ, qb1 * BR) + {};", em.dim(&shift));
-        let _ = writeln!(body, "        const int64_t kend = af_min64(SK, (need + BC - 1) / BC * BC);");
+        let _ = writeln!(
+            body,
+            "        const int64_t need = af_min64(SQ, qb1 * BR) + {};",
+            em.dim(&shift)
+        );
+        let _ =
+            writeln!(body, "        const int64_t kend = af_min64(SK, (need + BC - 1) / BC * BC);");
     } else {
         let _ = writeln!(body, "        const int64_t kend = SK;");
     }
@@ -1047,23 +1228,41 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         let _ = writeln!(body, "            for (int64_t j = 0; j < kendp; ++j) {{");
         let _ = writeln!(body, "                float *kp = Kp + (j / NR) * NR * D + j % NR;");
         let _ = writeln!(body, "                if (j >= kend) {{ for (int64_t c = 0; c < D; ++c) kp[c * NR] = 0.0f; continue; }}");
-        let _ = writeln!(body, "                for (int64_t c = 0; c < D; ++c) kp[c * NR] = {};", em.read_inner(&spk, kt, "c", "j"));
+        let _ = writeln!(
+            body,
+            "                for (int64_t c = 0; c < D; ++c) kp[c * NR] = {};",
+            em.read_inner(&spk, kt, "c", "j")
+        );
         let _ = writeln!(body, "            }}\n        }}");
     } else {
-        let _ = writeln!(body, "        for (int64_t c = 0; c < D; ++c) {{ /* pack K^T in slivers of NR keys */");
+        let _ = writeln!(
+            body,
+            "        for (int64_t c = 0; c < D; ++c) {{ /* pack K^T in slivers of NR keys */"
+        );
         body.push_str(&em.row_prologue(&spk, "bi * D + c", "            "));
         let _ = writeln!(body, "            for (int64_t js = 0; js < kendp; js += NR) {{");
         let _ = writeln!(body, "                float *kp = Kp + js * D + c * NR;");
         let _ = writeln!(body, "                const int64_t nj = af_min64(NR, kend - js);");
-        let _ = writeln!(body, "                for (int64_t j = 0; j < nj; ++j) kp[j] = {};", em.read(&spk, kt, "js + j"));
+        let _ = writeln!(
+            body,
+            "                for (int64_t j = 0; j < nj; ++j) kp[j] = {};",
+            em.read(&spk, kt, "js + j")
+        );
         let _ = writeln!(body, "                for (int64_t j = nj; j < NR; ++j) kp[j] = 0.0f;\n            }}\n        }}");
     }
-    let _ = writeln!(body, "        for (int64_t j = 0; j < kend; ++j) {{ /* pack V in slivers of NR columns */");
+    let _ = writeln!(
+        body,
+        "        for (int64_t j = 0; j < kend; ++j) {{ /* pack V in slivers of NR columns */"
+    );
     body.push_str(&em.row_prologue(&spv, "bi * SK + j", "            "));
     let _ = writeln!(body, "            for (int64_t cs = 0; cs < DVP; cs += NR) {{");
     let _ = writeln!(body, "                float *vp = Vp + cs * SK + j * NR;");
     let _ = writeln!(body, "                const int64_t nc = af_min64(NR, DV - cs);");
-    let _ = writeln!(body, "                for (int64_t c = 0; c < nc; ++c) vp[c] = {};", em.read(&spv, v, "cs + c"));
+    let _ = writeln!(
+        body,
+        "                for (int64_t c = 0; c < nc; ++c) vp[c] = {};",
+        em.read(&spv, v, "cs + c")
+    );
     let _ = writeln!(body, "                for (int64_t c = nc; c < NR; ++c) vp[c] = 0.0f;\n            }}\n        }}");
     let _ = writeln!(body, "        for (int64_t qb = qb0; qb < qb1; ++qb) {{");
     let _ = writeln!(body, "        const int64_t q0 = qb * BR, br = af_min64(BR, SQ - q0);");
@@ -1071,16 +1270,26 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let q_direct = g.node(q).dtype == DType::F32 && !em.strided_cols(&spq, q);
     if q_direct {
         let a = spq.accesses[&q];
-        let _ = writeln!(body, "        /* the query block, read in place (f32, contiguous rows) */");
+        let _ =
+            writeln!(body, "        /* the query block, read in place (f32, contiguous rows) */");
         body.push_str(&em.row_prologue(&spq, "bi * SQ + q0", "        "));
-        let _ = writeln!(body, "        const float *Qb = in{} + ac{a}_row;\n        const int64_t ldq = ac{a}_s{};", em.buf[&resolve(g, q).base], r - 2);
+        let _ = writeln!(
+            body,
+            "        const float *Qb = in{} + ac{a}_row;\n        const int64_t ldq = ac{a}_s{};",
+            em.buf[&resolve(g, q).base],
+            r - 2
+        );
         let _ = writeln!(body, "        (void)Qp;");
         let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{");
     } else {
         let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{ /* pack the query block as MR-row slivers */");
         let _ = writeln!(body, "            float *qp = Qp + (i / MR) * MR * D + i % MR;");
         body.push_str(&em.row_prologue(&spq, "bi * SQ + q0 + i", "            "));
-        let _ = writeln!(body, "            for (int64_t c = 0; c < D; ++c) qp[c * MR] = {};", em.read(&spq, q, "c"));
+        let _ = writeln!(
+            body,
+            "            for (int64_t c = 0; c < D; ++c) qp[c * MR] = {};",
+            em.read(&spq, q, "c")
+        );
     }
     let _ = writeln!(body, "            Mr[i] = -INFINITY; Lr[i] = 0.0f;\n            for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;\n        }}");
     let _ = writeln!(body, "        for (int64_t k0 = 0; k0 < kend; k0 += BC) {{");
@@ -1098,19 +1307,46 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     body.push_str(&em.row_prologue(&sps, "bi * SQ + q0 + i", "                "));
     let _ = writeln!(body, "                float *restrict srow = St + i * BC;");
     let _ = writeln!(body, "                for (int64_t j = 0; j < bc; ++j) {{");
-    let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(f.qk), round_to(g.node(f.qk).dtype, "srow[j]".into()), g.node(f.qk).name);
+    let _ = writeln!(
+        body,
+        "                    const float {} = {}; /* {} */",
+        em.var(f.qk),
+        round_to(g.node(f.qk).dtype, "srow[j]".into()),
+        g.node(f.qk).name
+    );
     for &m in &f.chain {
         let n = g.node(m);
-        let ops: Vec<String> = n.inputs.iter().map(|i| operand(em, &sps, &members, &|x| Some(em.var(x)), *i, "k0 + j")).collect();
-        let _ = writeln!(body, "                    const float {} = {}; /* {} */", em.var(m), member_expr(g, &sps, m, &ops, "k0 + j"), n.name);
+        let ops: Vec<String> = n
+            .inputs
+            .iter()
+            .map(|i| operand(em, &sps, &members, &|x| Some(em.var(x)), *i, "k0 + j"))
+            .collect();
+        let _ = writeln!(
+            body,
+            "                    const float {} = {}; /* {} */",
+            em.var(m),
+            member_expr(g, &sps, m, &ops, "k0 + j"),
+            n.name
+        );
     }
-    let _ = writeln!(body, "                    srow[j] = {};\n                }}", em.var(f.scores));
-    let _ = writeln!(body, "                /* online softmax: rescale what was accumulated under the old max */");
-    let _ = writeln!(body, "                const float mx = af_vmax(srow, bc, Mr[i]), corr = af_expf(Mr[i] - mx);");
-    let _ = writeln!(body, "                for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
+    let _ =
+        writeln!(body, "                    srow[j] = {};\n                }}", em.var(f.scores));
+    let _ = writeln!(
+        body,
+        "                /* online softmax: rescale what was accumulated under the old max */"
+    );
+    let _ = writeln!(
+        body,
+        "                const float mx = af_vmax(srow, bc, Mr[i]), corr = af_expf(Mr[i] - mx);"
+    );
+    let _ =
+        writeln!(body, "                for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
     let _ = writeln!(body, "                Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
     let _ = writeln!(body, "                Mr[i] = mx;\n            }}");
-    let _ = writeln!(body, "            /* O += P V on the micro-kernel, P read in place from the score rows */");
+    let _ = writeln!(
+        body,
+        "            /* O += P V on the micro-kernel, P read in place from the score rows */"
+    );
     let _ = writeln!(body, "            for (int64_t jr = 0; jr < DV; jr += NR)");
     let _ = writeln!(body, "                for (int64_t ir = 0; ir < br; ir += MR)");
     let _ = writeln!(body, "                    isa.uk(bc, St + ir * BC, BC, 1, Vp + jr * SK + k0 * NR, Ot + ir * DV + jr, DV, af_min64(MR, br - ir), af_min64(NR, DV - jr), 1);");
@@ -1119,7 +1355,11 @@ fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let _ = writeln!(body, "        for (int64_t i = 0; i < br; ++i) {{ /* normalise and store */");
     let _ = writeln!(body, "            const float inv = 1.0f / Lr[i];");
     let val = round_to(g.node(f.pv).dtype, "Ot[i * DV + c] * inv".into());
-    let _ = writeln!(body, "            for (int64_t c = 0; c < DV; ++c) {{ const float o = {val}; {} }}", store(g.node(f.pv).dtype, &format!("out{ob}"), "(bi * SQ + q0 + i) * DV + c", "o"));
+    let _ = writeln!(
+        body,
+        "            for (int64_t c = 0; c < DV; ++c) {{ const float o = {val}; {} }}",
+        store(g.node(f.pv).dtype, &format!("out{ob}"), "(bi * SQ + q0 + i) * DV + c", "o")
+    );
     let _ = writeln!(body, "        }}\n        }} /* query blocks */\n    }}");
     Work::Flash { batch: numel(&batch), sq, sk, d, dv }
 }
@@ -1165,13 +1405,27 @@ fn gen_concat(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         start = end;
     }
     let _ = writeln!(body, "        }}\n    }}");
-    Work::Rows { rows: numel(&shape[..rank - 1].to_vec()), n: shape[rank - 1].clone(), row_buffers: 0 }
+    Work::Rows {
+        rows: numel(&shape[..rank - 1].to_vec()),
+        n: shape[rank - 1].clone(),
+        row_buffers: 0,
+    }
 }
 
 /// Generate the C file of one plan. `symbol` prefixes exported names (graph, hash, variant).
-pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn Fn(&[KernelMeta]) -> String) -> CSource {
+pub fn generate(
+    g: &Graph,
+    plan: &Plan,
+    symbol: &str,
+    header: &str,
+    json: &dyn Fn(&[KernelMeta]) -> String,
+) -> CSource {
     let mut code = String::new();
-    let _ = writeln!(code, "/* {header}\n * Generated by autofusion-compiler {}. Do not edit. */", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(
+        code,
+        "/* {header}\n * Generated by autofusion-compiler {}. Do not edit. */",
+        env!("CARGO_PKG_VERSION")
+    );
     code.push_str(PRELUDE);
     code.push_str(&abi::c_decls());
     code.push('\n');
@@ -1202,12 +1456,24 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
         let why = if grp.rules.is_empty() {
             "one op: nothing fused".to_string()
         } else {
-            format!("fused by {}", grp.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", "))
+            format!(
+                "fused by {}",
+                grp.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")
+            )
         };
-        let lines: BTreeSet<u32> = grp.nodes.iter().map(|n| g.node(*n).line).filter(|l| *l > 0).collect();
-        let _ = writeln!(code, "/* {name}: {ops}\n * {why}; writes {}.", grp.outputs.iter().map(|o| g.node(*o).name.clone()).collect::<Vec<_>>().join(", "));
+        let lines: BTreeSet<u32> =
+            grp.nodes.iter().map(|n| g.node(*n).line).filter(|l| *l > 0).collect();
+        let _ = writeln!(
+            code,
+            "/* {name}: {ops}\n * {why}; writes {}.",
+            grp.outputs.iter().map(|o| g.node(*o).name.clone()).collect::<Vec<_>>().join(", ")
+        );
         if !lines.is_empty() {
-            let _ = writeln!(code, " * source lines: {}", lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", "));
+            let _ = writeln!(
+                code,
+                " * source lines: {}",
+                lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ")
+            );
         }
         let _ = writeln!(code, " */");
         let _ = writeln!(code, "AF_CLONES static void {name}(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch) {{");
@@ -1215,9 +1481,21 @@ pub fn generate(g: &Graph, plan: &Plan, symbol: &str, header: &str, json: &dyn F
         for (i, v) in buffers.iter().enumerate() {
             let d = g.node(*v).dtype;
             if i < grp.inputs.len() {
-                let _ = writeln!(code, "    const {} *restrict in{i} = (const {} *)bufs[{i}]; /* {} */", ctype(d), ctype(d), g.node(*v).name);
+                let _ = writeln!(
+                    code,
+                    "    const {} *restrict in{i} = (const {} *)bufs[{i}]; /* {} */",
+                    ctype(d),
+                    ctype(d),
+                    g.node(*v).name
+                );
             } else {
-                let _ = writeln!(code, "    {} *restrict out{i} = ({} *)bufs[{i}]; /* {} */", ctype(d), ctype(d), g.node(*v).name);
+                let _ = writeln!(
+                    code,
+                    "    {} *restrict out{i} = ({} *)bufs[{i}]; /* {} */",
+                    ctype(d),
+                    ctype(d),
+                    g.node(*v).name
+                );
             }
         }
         for (p, _) in &em.packs {

@@ -1,4 +1,4 @@
 //! Code generators, one module per target.
 
-pub mod c;
 pub mod ascend;
+pub mod c;
