@@ -74,8 +74,7 @@ fn load(src: &str, variant: Variant, target: &Target) -> Module {
     let unit = Unit::with_options(front::parse_options(attr).expect("options"), f)
         .unwrap_or_else(|_| panic!("graph `{}` lowers", f.sig.ident));
     let dir = root().join("target").join("autofusion-bench").join("jit");
-    autofusion_runtime::jit::load(&unit, variant, target, &dir, &["-O3"])
-        .unwrap_or_else(|e| panic!("{e}"))
+    common::load(&unit, variant, target, &dir, &["-O3"]).unwrap_or_else(|e| panic!("{e}"))
 }
 
 // ---------------------------------------------------------------- 1. FMA peak
@@ -213,16 +212,17 @@ int main(void) {{
 }}
 "#
     );
+    let include = src.with_file_name("include");
+    autofusion_compiler::codegen::write_headers(&include).map_err(|e| e.to_string())?;
     let code = format!(
-        "#define _POSIX_C_SOURCE 200809L
-{}
-{main}",
-        autofusion_compiler::codegen::c::PRELUDE
+        "#define _POSIX_C_SOURCE 200809L\n#include \"{}\"\n{main}",
+        autofusion_compiler::codegen::HOST_HEADER
     );
     std::fs::write(&src, code).map_err(|e| e.to_string())?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .args(autofusion_compiler::codegen::c::CFLAGS)
+        .arg(format!("-I{}", include.display()))
         .arg("-O3")
         .arg("-o")
         .arg(&exe)

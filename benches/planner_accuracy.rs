@@ -118,7 +118,7 @@ impl Ctx<'_> {
             *self.n_sym += 1;
             let sym = format!("af_bench_{}_{}", g.name, self.n_sym);
             let built = u.generate(Variant::Fused, pl.clone(), &sym);
-            let m = autofusion_runtime::jit::load_built(&built, &sym, self.dir, &["-O3"]).unwrap();
+            let m = common::load_built(&built, &sym, self.dir, &["-O3"]).unwrap();
             self.modules.insert(key.clone(), m);
         }
         (key, pl)

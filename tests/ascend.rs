@@ -80,9 +80,8 @@ fn every_layer_graph_matches_the_reference_on_ascend() {
                 continue;
             }
             let sym = format!("{}_{}", unit.symbol(Variant::Fused), seen.len());
-            let m =
-                autofusion_runtime::jit::load_ascend_built(g.clone(), &src, &sym, &dir(), false)
-                    .unwrap_or_else(|e| panic!("{name}, {label}: {e}"));
+            let m = common::load_ascend_built(g.clone(), &src, &sym, &dir(), false)
+                .unwrap_or_else(|e| panic!("{name}, {label}: {e}"));
             for (s, ins, want) in &cases {
                 let refs: Vec<&Tensor> = ins.iter().collect();
                 let got =
@@ -129,7 +128,7 @@ fn macro_layers_run_on_the_ascend_device() {
 fn random_graphs_match_the_reference_on_ascend() {
     let target = Target::ascend910b();
     for (seed, level, src, unit) in common::random_units() {
-        let m = autofusion_runtime::jit::load_ascend(&unit, Variant::Fused, &target, &dir())
+        let m = common::load_ascend(&unit, Variant::Fused, &target, &dir())
             .unwrap_or_else(|e| panic!("random graph {seed}: {e}\n{src}"));
         for s in [1i64, 13] {
             let ins = common::inputs(m.graph(), &[s], seed + 5);

@@ -38,8 +38,7 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
     for (name, item, base) in common::layer_graphs() {
         // One reference per shape, shared by all plans of the graph.
         let unit0 = Unit::with_options(base.clone(), &item).unwrap();
-        let m0 =
-            autofusion_runtime::jit::load(&unit0, Variant::Unfused, &target, &dir(), &[]).unwrap();
+        let m0 = common::load(&unit0, Variant::Unfused, &target, &dir(), &[]).unwrap();
         let g = m0.graph().clone();
         let cases: Vec<(i64, Vec<Tensor>, Vec<Tensor>)> = SHAPES
             .iter()
@@ -55,8 +54,7 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
         for (label, level, rules) in configs() {
             let opts = Options { opt_level: level, rules, ..base.clone() };
             let unit = Unit::with_options(opts, &item).unwrap();
-            let m =
-                autofusion_runtime::jit::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
+            let m = common::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
             kernel_counts.push((label.clone(), m.kernel_names().len()));
             // Attention becomes one flash kernel at opt_level 3 (and only there).
             let flash = unit
@@ -107,7 +105,7 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
             }
         }
         // Fusion must actually happen at opt_level >= 1 and never at 0.
-        let ops = autofusion_compiler::report::kernel_ops(&g);
+        let ops = g.kernel_op_count();
         assert_eq!(kernel_counts[0].1, ops, "{name}: opt_level 0 runs one kernel per op");
         assert!(kernel_counts[1].1 < ops, "{name}: opt_level 1 fuses something: {kernel_counts:?}");
         assert!(
@@ -125,7 +123,7 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
 fn random_graphs_match_the_reference() {
     let target = Target::host();
     for (seed, level, src, unit) in common::random_units() {
-        let m = autofusion_runtime::jit::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
+        let m = common::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
         for s in [1i64, 13] {
             let ins = common::inputs(m.graph(), &[s], seed + 5);
             let refs: Vec<&Tensor> = ins.iter().collect();
@@ -149,8 +147,7 @@ fn packed_weights_follow_the_tensors_passed() {
     let (_, item, opts) =
         common::layer_graphs().into_iter().find(|(n, ..)| n == "ffn_f16").unwrap();
     let unit = Unit::with_options(opts, &item).unwrap();
-    let m =
-        autofusion_runtime::jit::load(&unit, Variant::Fused, &Target::host(), &dir(), &[]).unwrap();
+    let m = common::load(&unit, Variant::Fused, &Target::host(), &dir(), &[]).unwrap();
     let p = m.packed_operands();
     assert!(p >= 2, "w1 and w2 are packed ahead ({p} packed operands)");
     let g = m.graph().clone();

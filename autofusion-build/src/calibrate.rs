@@ -51,9 +51,11 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let src = dir.join("calib.c");
     let exe = dir.join("calib");
+    let include = dir.join("include");
+    autofusion_compiler::codegen::write_headers(&include).map_err(|e| e.to_string())?;
     let code = format!(
-        "#define _POSIX_C_SOURCE 200809L\n{}\n{CALIB_C}",
-        autofusion_compiler::codegen::c::PRELUDE
+        "#define _POSIX_C_SOURCE 200809L\n#include \"{}\"\n{CALIB_C}",
+        autofusion_compiler::codegen::HOST_HEADER
     );
     std::fs::write(&src, code).map_err(|e| e.to_string())?;
     let compiler = cc::Build::new()
@@ -64,6 +66,7 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
     let out = compiler
         .to_command()
         .args(autofusion_compiler::codegen::c::CFLAGS)
+        .arg(format!("-I{}", include.display()))
         .arg("-o")
         .arg(&exe)
         .arg(&src)

@@ -23,7 +23,8 @@
 use autofusion_compiler::{env_var, report, target::Target, Unit, Variant};
 
 mod calibrate;
-pub mod toolkit;
+pub mod jit;
+pub use autofusion_ascend_sys::toolkit;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -186,6 +187,13 @@ impl Builder {
             })?),
         };
         let root = out_dir.join("autofusion");
+        let include = root.join("include");
+        autofusion_compiler::codegen::write_headers(&include).map_err(|e| Error {
+            rendered: format!(
+                "error: cannot write the kernel headers into {}: {e}",
+                include.display()
+            ),
+        })?;
         let (target, provenance) = match &self.options.target {
             Some(name) => match Target::named(name) {
                 Some(t) => (t, format!("profile `{name}` (Builder::target)")),
@@ -324,7 +332,7 @@ impl Builder {
                 continue;
             }
             let mut b = cc::Build::new();
-            b.files(srcs).warnings(false);
+            b.files(srcs).include(&include).warnings(false);
             for f in autofusion_compiler::codegen::c::CFLAGS {
                 b.flag_if_supported(f);
             }
@@ -345,7 +353,7 @@ impl Builder {
             })?;
         }
         if let Some(tk) = &toolkit {
-            self.compile_ascend(tk, lib, &out_dir, &asc_files)?;
+            self.compile_ascend(tk, lib, &out_dir, &include, &asc_files)?;
         }
         Ok(Output { graphs })
     }
@@ -358,6 +366,7 @@ impl Builder {
         tk: &toolkit::Toolkit,
         lib: &str,
         out_dir: &Path,
+        include: &Path,
         files: &[(PathBuf, bool)],
     ) -> Result<(), Error> {
         let fail = |e: String| Error {
@@ -379,6 +388,7 @@ impl Builder {
             for f in tk.compile_flags(debug) {
                 b.flag(&f);
             }
+            b.flag(format!("-I{}", include.display()));
             b.files(srcs);
             if self.options.out_dir.is_some() {
                 b.out_dir(out_dir);

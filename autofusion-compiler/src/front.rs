@@ -5,51 +5,12 @@ use crate::diag::{Diag, Diags};
 use crate::dim::{shape_str, DimExpr, Shape};
 use crate::ir::{self, BinaryOp, DType, Graph, Node, NodeId, Op, ReduceKind, UnaryOp};
 use crate::plan::{Rule, RuleSet};
+pub use crate::unit::{Lowered, Options, Signature};
 use proc_macro2::{Span, TokenStream};
 use std::collections::{BTreeMap, HashMap};
 use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{Expr, Pat, Stmt};
-
-/// Options of `#[fused_graph(...)]`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Options {
-    pub dims: Vec<(String, i64)>,
-    /// Planning estimates for dynamic dims (`hints(S = 512)`); default 128.
-    pub hints: Vec<(String, i64)>,
-    pub opt_level: u8,
-    pub rules: RuleSet,
-    pub debug: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            dims: Vec::new(),
-            hints: Vec::new(),
-            opt_level: 2,
-            rules: RuleSet::all(),
-            debug: false,
-        }
-    }
-}
-
-/// The typed signature, for the macro's glue.
-#[derive(Clone, Debug)]
-pub struct Signature {
-    pub params: Vec<(String, DType, Shape)>,
-    pub outputs: Vec<(DType, Shape)>,
-    /// Whether the function returns a tuple (even of one).
-    pub tuple_return: bool,
-}
-
-/// Front-end result: the graph (still holding sugar ops), options and signature.
-#[derive(Clone, Debug)]
-pub struct Lowered {
-    pub graph: Graph,
-    pub options: Options,
-    pub sig: Signature,
-}
 
 pub fn parse_options(attr: TokenStream) -> Result<Options, Diags> {
     let mut opts = Options::default();

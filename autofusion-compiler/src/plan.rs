@@ -111,7 +111,7 @@ pub enum GroupKind {
 }
 
 /// A kernel of the plan.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Group {
     pub kind: GroupKind,
     /// Members in topological order.
@@ -128,8 +128,7 @@ pub struct Group {
 }
 
 /// Why a candidate merge was not taken. `code()` is the stable reason code of reports.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Reason {
     RuleDisabled,
     OptLevel,
@@ -166,15 +165,14 @@ impl Reason {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
     Accepted { step: usize },
     Rejected { reason: Reason, detail: String },
 }
 
 /// One scored merge: the producer group into the consumer group(s). Every time is in us.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Candidate {
     pub rule: Option<Rule>,
     pub producer: Vec<NodeId>,
@@ -203,7 +201,7 @@ pub struct Candidate {
     pub decision: Decision,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     pub opt_level: u8,
     pub rules: Vec<String>,

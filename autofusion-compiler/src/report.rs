@@ -6,17 +6,9 @@ use crate::plan::{describe, Decision, Plan};
 use serde_json::json;
 use std::fmt::Write;
 
-/// Ops that run as kernels (views, parameters and constants do not).
-pub fn kernel_ops(g: &Graph) -> usize {
-    g.nodes
-        .iter()
-        .filter(|n| !matches!(n.op, Op::Param { .. } | Op::Const { .. }) && !n.op.is_view())
-        .count()
-}
-
 /// The seed-style summary (DESIGN.md section 5).
 pub fn summary(g: &Graph, plan: &Plan, files: &[String]) -> Vec<String> {
-    let ops = kernel_ops(g);
+    let ops = g.kernel_op_count();
     let fused = plan.groups.iter().filter(|gr| gr.nodes.len() > 1).count();
     vec![
         format!("[INFO] Graph `{}`: found {ops} operators, {} fusion candidates.", g.name, plan.candidates.len()),

@@ -2,6 +2,7 @@
 //! (1 GB/s = 1,000 B/us; 1 GFLOP/s = 1,000 FLOP/us), every time in microseconds, every size in
 //! bytes, so no cost term mixes units.
 
+use crate::abi;
 use serde::{Deserialize, Serialize};
 
 /// One on-chip memory a kernel's tiles must fit in.
@@ -109,7 +110,13 @@ impl Target {
             transcendental_per_us: 200.0 * cores as f64,
             pack_elems_per_us: 1000.0 * cores as f64,
             inline_below_elems: 1 << 14,
-            runtime_blocking: Some([256, 512, 256, 64, 128]),
+            runtime_blocking: Some([
+                abi::MC_MAX,
+                abi::NC_MAX,
+                abi::KC_MAX,
+                abi::BR_MAX,
+                abi::BC_MAX,
+            ]),
             fma_peak_flops_per_us: 0.0,
             launch_us: 5.0,
             overlap: 0.5,

@@ -27,6 +27,7 @@ fn bisheng() -> Option<PathBuf> {
 fn layer_graphs_generate_and_compile() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ascend_codegen");
     std::fs::create_dir_all(&dir).unwrap();
+    autofusion_compiler::codegen::write_headers(&dir.join("include")).unwrap();
     let mut all = units("../examples/seed_layer.rs");
     all.extend(units("../tests/layers/mod.rs"));
     let t = Target::ascend910b();
@@ -40,7 +41,9 @@ fn layer_graphs_generate_and_compile() {
             std::fs::write(&f, &src.code).unwrap();
             if let Some(b) = bisheng() {
                 let out = Command::new(&b)
-                    .args(["--npu-arch=dav-2201", "-O0", "-Wall", "-Werror", "-c", "-o"])
+                    .args(["--npu-arch=dav-2201", "-O0", "-Wall", "-Werror"])
+                    .arg(format!("-I{}", dir.join("include").display()))
+                    .args(["-c", "-o"])
                     .arg(f.with_extension("o"))
                     .arg(&f)
                     .output()

@@ -4,7 +4,8 @@
 //! `af_expf` against double-precision `exp`. Built once plainly and once with AddressSanitizer + UBSan, so an out-of-bounds store of a tail
 //! or an undefined shift fails the test.
 
-use autofusion_compiler::codegen::c::{CFLAGS, PRELUDE};
+use autofusion_compiler::codegen::c::CFLAGS;
+use autofusion_compiler::codegen::{write_headers, HOST_HEADER};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -86,11 +87,17 @@ fn run(tag: &str, extra: &[&str]) -> Option<String> {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("prelude-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("t.c");
-    std::fs::write(&src, format!("#define _POSIX_C_SOURCE 200809L\n{PRELUDE}\n{HARNESS}")).unwrap();
+    write_headers(&dir.join("include")).unwrap();
+    std::fs::write(
+        &src,
+        format!("#define _POSIX_C_SOURCE 200809L\n#include \"{HOST_HEADER}\"\n{HARNESS}"),
+    )
+    .unwrap();
     let exe = dir.join("t");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
         .args(CFLAGS)
+        .arg(format!("-I{}", dir.join("include").display()))
         .args(["-O2", "-Wall", "-Werror"])
         .args(extra)
         .arg("-o")

@@ -14,20 +14,16 @@ use crate::error::{Error, Result};
 use crate::exec::bind_inputs;
 use crate::tensor::Tensor;
 use crate::tiling::{choose_ascend, AscendLaunch, AscendTiling, ASCEND_AIV, ASCEND_SYS_WORKSPACE};
-use autofusion_compiler::abi::ASCEND_MAX_DIMS;
-use autofusion_compiler::codegen::ascend::AscendKernel;
-use autofusion_compiler::ir::{Graph, NodeId};
+use autofusion_ir::abi::ASCEND_MAX_DIMS;
+use autofusion_ir::ir::{Graph, NodeId};
+use autofusion_ir::meta::{AscendKernel, AscendMeta};
 use once_cell::sync::OnceCell;
-use serde::Deserialize;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, Mutex};
 
-#[allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code, clippy::all)]
-mod sys {
-    include!(concat!(env!("OUT_DIR"), "/acl.rs"));
-}
+use autofusion_ascend_sys::acl as sys;
 
 /// `extern "C" int32_t <symbol>_launch(kernel, block_dim, stream, args, tilings, workspace)`.
 pub type LaunchFn = unsafe extern "C" fn(u32, u32, *mut c_void, *mut u8, *mut u8, *mut u8) -> i32;
@@ -177,15 +173,6 @@ impl Drop for DevBuf {
     }
 }
 
-/// The JSON a generated Ascend module exports through `<symbol>_ascend_json`.
-#[derive(Clone, Debug, Deserialize)]
-pub struct AscendMeta {
-    pub kernels: Vec<AscendKernel>,
-    /// Module buffers in args-table order.
-    pub buffers: Vec<NodeId>,
-    pub pipeline: bool,
-}
-
 /// Everything that depends only on the bound dims.
 #[derive(Debug)]
 pub struct AscendPlan {
@@ -252,7 +239,7 @@ impl AscendModule {
         if p.is_null() {
             return Err(err("the Ascend module JSON is null".into()));
         }
-        let meta: AscendMeta = serde_json::from_slice(CStr::from_ptr(p).to_bytes())
+        let meta: AscendMeta = autofusion_ir::json::parse(CStr::from_ptr(p).to_bytes())
             .map_err(|e| err(format!("bad Ascend metadata: {e}")))?;
         if graph.dyn_dims.len() > ASCEND_MAX_DIMS {
             return Err(err(format!(
@@ -299,7 +286,7 @@ impl AscendModule {
         let g = &self.graph;
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
         let dim_err = |msg: String| Error::Dims { graph: g.name.clone(), msg };
-        let eval = |d: &autofusion_compiler::dim::DimExpr| d.eval(&bind).unwrap_or(0);
+        let eval = |d: &autofusion_ir::dim::DimExpr| d.eval(&bind).unwrap_or(0);
         let shape = |id: NodeId| -> Result<Vec<usize>> {
             g.node(id)
                 .shape

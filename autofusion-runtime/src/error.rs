@@ -1,17 +1,17 @@
 //! Runtime errors: every message names the graph, the parameter and the shapes involved.
 
-use thiserror::Error;
+use std::fmt;
 
-#[derive(Debug, Error, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("`{graph}` takes {expected} inputs, got {got}")]
+    /// A call with the wrong number of inputs.
     Arity { graph: String, expected: usize, got: usize },
-    #[error("`{graph}`: parameter `{param}` has dtype {got}, expected {expected}")]
+    /// An input of the wrong dtype.
     DType { graph: String, param: String, expected: String, got: String },
-    #[error("`{graph}`: parameter `{param}` has shape {got:?}, expected {expected}")]
+    /// An input whose shape does not match its declaration.
     Shape { graph: String, param: String, expected: String, got: Vec<usize> },
-    #[error("`{graph}`: dim `{dim}` is {first} from parameter `{first_param}` but {second} from parameter `{second_param}`")]
+    /// Two inputs binding one dynamic dim to different values.
     DimConflict {
         graph: String,
         dim: String,
@@ -20,16 +20,46 @@ pub enum Error {
         second: i64,
         second_param: String,
     },
-    #[error("`{graph}`: {msg}")]
+    /// Dims that cannot be bound or evaluated.
     Dims { graph: String, msg: String },
-    #[error("tensor of shape {shape:?} needs {expected} elements, got {got}")]
+    /// Tensor data of the wrong length.
     DataLen { shape: Vec<usize>, expected: usize, got: usize },
-    #[error("cannot {op} a {dtype} tensor: {msg}")]
+    /// A tensor operation that cannot apply.
     Tensor { op: String, dtype: String, msg: String },
-    #[error("device {device}: {msg}")]
+    /// A device that cannot run the call.
     Device { device: String, msg: String },
-    #[error("kernel module `{symbol}`: {msg}")]
+    /// A generated module that cannot be loaded or run.
     Module { symbol: String, msg: String },
 }
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Arity { graph, expected, got } => {
+                write!(f, "`{graph}` takes {expected} inputs, got {got}")
+            }
+            Error::DType { graph, param, expected, got } => {
+                write!(f, "`{graph}`: parameter `{param}` has dtype {got}, expected {expected}")
+            }
+            Error::Shape { graph, param, expected, got } => {
+                write!(f, "`{graph}`: parameter `{param}` has shape {got:?}, expected {expected}")
+            }
+            Error::DimConflict { graph, dim, first, first_param, second, second_param } => write!(
+                f,
+                "`{graph}`: dim `{dim}` is {first} from parameter `{first_param}` but {second} \
+                 from parameter `{second_param}`"
+            ),
+            Error::Dims { graph, msg } => write!(f, "`{graph}`: {msg}"),
+            Error::DataLen { shape, expected, got } => {
+                write!(f, "tensor of shape {shape:?} needs {expected} elements, got {got}")
+            }
+            Error::Tensor { op, dtype, msg } => write!(f, "cannot {op} a {dtype} tensor: {msg}"),
+            Error::Device { device, msg } => write!(f, "device {device}: {msg}"),
+            Error::Module { symbol, msg } => write!(f, "kernel module `{symbol}`: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
 
 pub type Result<T> = std::result::Result<T, Error>;

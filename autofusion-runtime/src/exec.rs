@@ -7,17 +7,17 @@ use crate::pool::pool;
 use crate::reference;
 use crate::tensor::Tensor;
 use crate::tiling::{choose, choose_pack, Tiling};
-use autofusion_compiler::abi::ABI_VERSION;
-use autofusion_compiler::dim::shape_str;
-use autofusion_compiler::ir::{Graph, NodeId};
-use autofusion_compiler::ModuleMeta;
+use autofusion_ir::abi::ABI_VERSION;
+use autofusion_ir::dim::shape_str;
+use autofusion_ir::ir::{Graph, NodeId};
+use autofusion_ir::meta::ModuleMeta;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// A generated kernel (see `autofusion_compiler::abi`).
+/// A generated kernel (see `autofusion_ir::abi`).
 pub type KernelFn = unsafe extern "C" fn(
     bufs: *const *mut c_void,
     dims: *const i64,
@@ -125,7 +125,7 @@ impl Module {
         }
         let json = std::slice::from_raw_parts(m.json, m.json_len as usize);
         let meta: ModuleMeta =
-            serde_json::from_slice(json).map_err(|e| err(format!("bad metadata: {e}")))?;
+            autofusion_ir::json::parse(json).map_err(|e| err(format!("bad metadata: {e}")))?;
         let n_packs: usize = meta.kernels.iter().map(|k| k.packs.len()).sum();
         if meta.kernels.len() + n_packs != m.n_kernels as usize {
             return Err(err(format!("{} functions in the table, {} kernels and {n_packs} pack functions in the metadata", m.n_kernels, meta.kernels.len())));
@@ -188,7 +188,7 @@ impl Module {
                 .map(|d| d.eval(&bind).map(|v| v as usize).map_err(dim_err))
                 .collect()
         };
-        let eval = |d: &autofusion_compiler::dim::DimExpr| d.eval(&bind).unwrap_or(0);
+        let eval = |d: &autofusion_ir::dim::DimExpr| d.eval(&bind).unwrap_or(0);
         let threads = pool().threads();
         let mut tilings = Vec::new();
         let mut scratch_floats = Vec::new();
@@ -456,7 +456,7 @@ impl Module {
             });
         };
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
-        let eval = |d: &autofusion_compiler::dim::DimExpr| d.eval(&bind).unwrap_or(0).max(0);
+        let eval = |d: &autofusion_ir::dim::DimExpr| d.eval(&bind).unwrap_or(0).max(0);
         let key = (inputs[pi].stamp(), [eval(&p.batch), eval(&p.k), eval(&p.n)]);
         if let Some(c) = self.packed.lock().unwrap().get(&(ki, j)) {
             if c.key == key {
@@ -464,7 +464,7 @@ impl Module {
             }
         }
         let [b, k, n] = key.1;
-        let floats = autofusion_compiler::abi::packed_floats(b, k, n) as usize;
+        let floats = autofusion_ir::abi::packed_floats(b, k, n) as usize;
         let mut data = vec![Line([0.0; 16]); floats.div_ceil(16).max(1)];
         let (t, _) = choose_pack(b, k, n, pool().threads());
         bufs.push(data.as_mut_ptr() as *mut c_void);
@@ -519,7 +519,7 @@ impl Module {
 
     /// Number of ops that run as kernels in the unfused graph.
     pub fn op_count(&self) -> usize {
-        autofusion_compiler::report::kernel_ops(&self.meta.graph)
+        self.meta.graph.kernel_op_count()
     }
 }
 

@@ -11,14 +11,13 @@
 pub mod ascend;
 pub mod error;
 pub mod exec;
-#[cfg(feature = "jit")]
-pub mod jit;
+pub mod library;
 pub mod pool;
 pub mod reference;
 pub mod tensor;
 pub mod tiling;
 
-pub use autofusion_compiler::ir::DType;
+pub use autofusion_ir::ir::DType;
 pub use error::{Error, Result};
 pub use exec::Module;
 pub use tensor::{tolerance, Tensor};

@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use autofusion_compiler::ir::{BinaryOp, DType, Graph, Op, ReduceKind, UnaryOp};
+use autofusion_ir::ir::{BinaryOp, DType, Graph, Op, ReduceKind, UnaryOp};
 use half::{bf16, f16};
 
 #[derive(Clone, Debug)]

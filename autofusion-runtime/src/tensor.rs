@@ -1,7 +1,7 @@
 //! Host tensors: contiguous row-major storage in f32, f16 or bf16.
 
 use crate::error::{Error, Result};
-use autofusion_compiler::ir::DType;
+use autofusion_ir::ir::DType;
 use half::{bf16, f16};
 
 #[derive(Clone, Debug, PartialEq)]

@@ -1,10 +1,11 @@
 //! DynamicTiling: the blocking of every kernel chosen from the bound shape at run time, and
-//! cached per (module, dims) by the executor. The limits here are the host profile's
-//! `runtime_blocking` (`autofusion_compiler::target`), so the cost model prices these tilings.
+//! cached per (module, dims) by the executor. The blocking limits are the ABI's
+//! (`autofusion_ir::abi::MC_MAX` ...), which the host profile also reads, so the cost model
+//! prices these tilings.
 
-use autofusion_compiler::abi::{Work, ASCEND_CUBE_FIELDS, MR_MAX, NR_MAX, TILING_FIELDS};
+use autofusion_ir::abi::{Work, ASCEND_CUBE_FIELDS, MR_MAX, NR_MAX, TILING_FIELDS};
 
-/// `af_tiling` of the kernel ABI (`autofusion_compiler::abi`), field for field.
+/// `af_tiling` of the kernel ABI (`autofusion_ir::abi`), field for field.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tiling {
@@ -23,14 +24,7 @@ const _: () = assert!(std::mem::size_of::<Tiling>() == TILING_FIELDS.len() * 8);
 /// Work below this many elements runs as a single block: a launch across threads costs more.
 const MIN_PARALLEL_ELEMS: i64 = 1 << 14;
 
-/// Matmul blocking limits: rows and columns of C per work unit, depth per packed block. Kept
-/// equal to the host profile's `runtime_blocking` (checked by a test).
-pub const MC_MAX: i64 = 256;
-pub const NC_MAX: i64 = 512;
-pub const KC_MAX: i64 = 256;
-/// Flash attention query and key block limits.
-pub const BR_MAX: i64 = 64;
-pub const BC_MAX: i64 = 128;
+pub use autofusion_ir::abi::{BC_MAX, BR_MAX, KC_MAX, MC_MAX, NC_MAX};
 
 /// Scratch floats of the matmul template: the packed A block (padded to whole slivers), one
 /// prologue row, one packed B sliver and the C block (rows padded by 16 floats).
@@ -50,7 +44,7 @@ fn split(units: i64, parallel: bool, max_blocks: i64) -> (i64, i64) {
 /// tiling and the scratch floats one block needs.
 pub fn choose(
     work: &Work,
-    eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> i64,
+    eval: &dyn Fn(&autofusion_ir::dim::DimExpr) -> i64,
     threads: usize,
 ) -> (Tiling, usize) {
     let t = threads.max(1) as i64;
@@ -152,7 +146,7 @@ pub fn choose_pack(batch: i64, k: i64, n: i64, threads: usize) -> (Tiling, usize
     (Tiling { block_num, rows_per_block: upb, units, ..Default::default() }, 0)
 }
 
-/// `AfTiling` of the generated Ascend C (`autofusion_compiler::abi::ASCEND_TILING_FIELDS`,
+/// `AfTiling` of the generated Ascend C (`autofusion_ir::abi::ASCEND_TILING_FIELDS`,
 /// then two `TCubeTiling` field sets as int32, `ASCEND_CUBE_FIELDS` order).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,7 +163,7 @@ pub struct AscendTiling {
 }
 
 const _: () =
-    assert!(std::mem::size_of::<AscendTiling>() == autofusion_compiler::abi::ascend_tiling_bytes());
+    assert!(std::mem::size_of::<AscendTiling>() == autofusion_ir::abi::ascend_tiling_bytes());
 
 /// Ascend 910B figures DynamicTiling works with (docs/ascend-c.md §1.1, §8): vector cores,
 /// cube cores, the UB an `InitBuffer` may take (192 KB less the 8 KB Ascend C reserve),
@@ -247,8 +241,8 @@ pub fn cube_tiling(
 /// AIVs of the launch it will run in (its own, or the pipeline's when `Some`). Returns the
 /// launch and the user-workspace bytes the kernel needs.
 pub fn choose_ascend(
-    k: &autofusion_compiler::codegen::ascend::AscendKernel,
-    eval: &dyn Fn(&autofusion_compiler::dim::DimExpr) -> i64,
+    k: &autofusion_ir::AscendKernel,
+    eval: &dyn Fn(&autofusion_ir::dim::DimExpr) -> i64,
     pipeline_aivs: Option<i64>,
 ) -> std::result::Result<(AscendLaunch, usize), String> {
     let budget = (ASCEND_UB_BYTES as f64 * ASCEND_UB_SHARE) as i64 - k.ub_fixed as i64;
@@ -347,7 +341,7 @@ pub fn choose_ascend(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use autofusion_compiler::dim::DimExpr;
+    use autofusion_ir::dim::DimExpr;
 
     #[test]
     fn field_offsets_match_the_c_struct() {
@@ -384,12 +378,6 @@ mod tests {
     }
 
     #[test]
-    fn limits_match_the_host_profile() {
-        let t = autofusion_compiler::target::Target::host();
-        assert_eq!(t.runtime_blocking, Some([MC_MAX, NC_MAX, KC_MAX, BR_MAX, BC_MAX]));
-    }
-
-    #[test]
     fn blocks_cover_all_work() {
         let c = |v: i64| DimExpr::constant(v);
         for (rows, n) in [(1, 1), (7, 513), (100, 64), (513, 4096), (4096, 1)] {
@@ -421,7 +409,7 @@ mod tests {
 
     #[test]
     fn ascend_tilings_respect_the_hardware_limits() {
-        use autofusion_compiler::codegen::ascend::AscendKernel;
+        use autofusion_ir::AscendKernel;
         let c = |v: i64| DimExpr::constant(v);
         let field = |t: &[i32; ASCEND_CUBE_FIELDS.len()], n: &str| {
             t[ASCEND_CUBE_FIELDS.iter().position(|x| *x == n).unwrap()] as i64

@@ -114,3 +114,62 @@ pub fn random_units() -> Vec<(u64, u8, String, autofusion_compiler::Unit)> {
     }
     out
 }
+
+/// Generate, compile (`autofusion_build::jit`) and load one variant of `unit` planned for
+/// `target`; `dir` holds the library, `flags` go to the C compiler after the defaults.
+pub fn load(
+    unit: &autofusion_compiler::Unit,
+    variant: autofusion_compiler::Variant,
+    target: &autofusion_compiler::target::Target,
+    dir: &std::path::Path,
+    flags: &[&str],
+) -> autofusion::Result<Module> {
+    load_built(&unit.variant(variant, target), &unit.symbol(variant), dir, flags)
+}
+
+/// Compile and load code generated for a plan of one's own (`Unit::generate`); `symbol` is
+/// the one given to `generate`, unique in the process.
+pub fn load_built(
+    built: &autofusion_compiler::Built,
+    symbol: &str,
+    dir: &std::path::Path,
+    flags: &[&str],
+) -> autofusion::Result<Module> {
+    let so = autofusion_build::jit::host_library(&built.c.code, dir, symbol, flags)
+        .map_err(|msg| autofusion::Error::Module { symbol: symbol.into(), msg })?;
+    // SAFETY: the library was just generated and compiled from `built` for `symbol`.
+    unsafe { autofusion_runtime::library::open_host(&so, symbol) }
+}
+
+/// Compile Ascend C generated for `graph` with the toolkit found as a build finds it, and load
+/// it.
+#[cfg(feature = "ascend")]
+pub fn load_ascend_built(
+    graph: Graph,
+    src: &autofusion_compiler::codegen::ascend::AscendSource,
+    symbol: &str,
+    dir: &std::path::Path,
+    debug: bool,
+) -> autofusion::Result<autofusion_runtime::ascend::AscendModule> {
+    let err = |msg: String| autofusion::Error::Module { symbol: symbol.into(), msg };
+    let tk = autofusion_build::toolkit::Toolkit::find().map_err(err)?;
+    let so =
+        autofusion_build::jit::ascend_library(&tk, &src.code, dir, symbol, debug).map_err(err)?;
+    // SAFETY: the library was just generated and compiled from `src` for `graph`.
+    unsafe { autofusion_runtime::library::open_ascend(&so, graph, &src.launch, &src.entry, symbol) }
+}
+
+/// `load_ascend_built` of one variant of `unit` planned for `target` (normally `ascend910b`).
+#[cfg(feature = "ascend")]
+pub fn load_ascend(
+    unit: &autofusion_compiler::Unit,
+    variant: autofusion_compiler::Variant,
+    target: &autofusion_compiler::target::Target,
+    dir: &std::path::Path,
+) -> autofusion::Result<autofusion_runtime::ascend::AscendModule> {
+    let symbol = unit.symbol(variant);
+    let (_, src) = unit
+        .variant_ascend(variant, target)
+        .map_err(|msg| autofusion::Error::Module { symbol: symbol.clone(), msg })?;
+    load_ascend_built(unit.graph.clone(), &src, &symbol, dir, false)
+}

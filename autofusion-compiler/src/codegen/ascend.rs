@@ -45,32 +45,10 @@ use crate::dim::{numel, DimExpr, Shape};
 use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use crate::layout::resolve;
 use crate::plan::{describe, iter_shape, space_of, Group, GroupKind, Plan};
-use serde::{Deserialize, Serialize};
+pub use autofusion_ir::meta::AscendKernel;
+use autofusion_ir::meta::AscendMeta;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
-
-/// What the runtime needs to launch one Ascend kernel.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AscendKernel {
-    pub name: String,
-    /// Module buffers this kernel reads (first `n_inputs`) and writes.
-    pub buffers: Vec<NodeId>,
-    pub n_inputs: usize,
-    pub work: Work,
-    pub ops: String,
-    /// Uses the cube (mix 1:2 launch: `block_num` AI-core groups) or vector only
-    /// (`block_num` AIVs).
-    pub mix: bool,
-    /// UB bytes per column of a chunk, and fixed UB bytes, of its vector part: DynamicTiling
-    /// picks `chunk = (UB - fixed) / per_col`, rounded down to 8 columns.
-    pub ub_per_col: u32,
-    pub ub_fixed: u32,
-    /// Matmul objects (0, 1 or 2), each with its `TCubeTiling` in `AfTiling::cube`.
-    pub cube: u32,
-    /// Whether the user workspace holds a staged A / B operand (f32, contiguous).
-    pub stage_a: bool,
-    pub stage_b: bool,
-}
 
 /// Generated Ascend C for one graph variant.
 pub struct AscendSource {
@@ -142,50 +120,9 @@ fn prelude() -> String {
         "static_assert(sizeof(AfTiling) == {}, \"AfTiling layout\");",
         crate::abi::ascend_tiling_bytes()
     );
-    s.push_str(ASC_HELPERS);
+    let _ = writeln!(s, "#include \"{}\"", super::ASCEND_HEADER);
     s
 }
-
-const ASC_HELPERS: &str = r#"
-/* Read kernel `k`'s tiling from GM once (scalar reads go through the data cache; doc §4.1). */
-__aicore__ inline void af_load_tiling(GM_ADDR tilings, int64_t k, AfTiling &t) {
-    AscendC::GlobalTensor<int64_t> w;
-    w.SetGlobalBuffer((__gm__ int64_t *)(tilings + k * sizeof(AfTiling)), sizeof(AfTiling) / 8);
-    int64_t *dst = reinterpret_cast<int64_t *>(&t);
-    for (uint32_t i = 0; i < sizeof(AfTiling) / 8; ++i) dst[i] = w.GetValue(i);
-}
-__aicore__ inline void af_load_dims(GM_ADDR args, int64_t *dims) {
-    AscendC::GlobalTensor<int64_t> w;
-    w.SetGlobalBuffer((__gm__ int64_t *)args, AF_MAX_DIMS);
-    for (int i = 0; i < AF_MAX_DIMS; ++i) dims[i] = w.GetValue(i);
-}
-__aicore__ inline GM_ADDR af_buf(GM_ADDR args, int64_t i) {
-    AscendC::GlobalTensor<uint64_t> w;
-    w.SetGlobalBuffer((__gm__ uint64_t *)args + AF_MAX_DIMS + i, 1);
-    return (GM_ADDR)(uintptr_t)w.GetValue(0);
-}
-__aicore__ inline int64_t af_min(int64_t a, int64_t b) { return a < b ? a : b; }
-__aicore__ inline int64_t af_max(int64_t a, int64_t b) { return a > b ? a : b; }
-/* Scalar math on the vector unit: one value through an 8-float UB scratch (doc §2.2). */
-__aicore__ inline float af_s_exp(AscendC::LocalTensor<float> &s, float x) { s.SetValue(0, x); AscendC::Exp(s, s, 1); return s.GetValue(0); }
-__aicore__ inline float af_s_ln(AscendC::LocalTensor<float> &s, float x) { s.SetValue(0, x); AscendC::Ln(s, s, 1); return s.GetValue(0); }
-__aicore__ inline float af_s_sqrt(AscendC::LocalTensor<float> &s, float x) { s.SetValue(0, x); AscendC::Sqrt(s, s, 1); return s.GetValue(0); }
-__aicore__ inline float af_s_round(AscendC::LocalTensor<float> &s, AscendC::LocalTensor<half> &h, float x) {
-    s.SetValue(0, x); AscendC::Cast<half, float>(h, s, AscendC::RoundMode::CAST_RINT, 1); AscendC::Cast<float, half>(s, h, AscendC::RoundMode::CAST_NONE, 1); return s.GetValue(0);
-}
-__aicore__ inline float af_s_round_bf(AscendC::LocalTensor<float> &s, AscendC::LocalTensor<bfloat16_t> &h, float x) {
-    s.SetValue(0, x); AscendC::Cast<bfloat16_t, float>(h, s, AscendC::RoundMode::CAST_RINT, 1); AscendC::Cast<float, bfloat16_t>(s, h, AscendC::RoundMode::CAST_NONE, 1); return s.GetValue(0);
-}
-__aicore__ inline float af_s_tanh(AscendC::LocalTensor<float> &s, float x) { return 2.0f / (1.0f + af_s_exp(s, -2.0f * x)) - 1.0f; }
-__aicore__ inline float af_s_sigmoid(AscendC::LocalTensor<float> &s, float x) { return 1.0f / (1.0f + af_s_exp(s, -x)); }
-/* erf by Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7). */
-__aicore__ inline float af_s_erf(AscendC::LocalTensor<float> &s, float x) {
-    const float a = x < 0.0f ? -x : x, t = 1.0f / (1.0f + 0.3275911f * a);
-    const float p = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
-    const float e = 1.0f - p * af_s_exp(s, -a * a);
-    return x < 0.0f ? -e : e;
-}
-"#;
 
 /// UB layout of one rows job: named queues and float slots, all `chunk` columns wide.
 #[derive(Default)]
@@ -1802,10 +1739,13 @@ pub fn generate(
     }
     let _ = writeln!(code, "    case {}: {symbol}_pipeline<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;", kernels.len());
     let _ = writeln!(code, "    default: return -1;\n    }}\n}}");
-    let json =
-        serde_json::json!({ "kernels": kernels, "buffers": table, "pipeline": plan.pipeline });
+    let json = autofusion_ir::json::write(&AscendMeta {
+        kernels: kernels.clone(),
+        buffers: table.clone(),
+        pipeline: plan.pipeline,
+    });
     let entry = format!("{symbol}_ascend_json");
-    let _ = writeln!(code, "static const char af_ascend_json[] = {};", c_string(&json.to_string()));
+    let _ = writeln!(code, "static const char af_ascend_json[] = {};", c_string(&json));
     let _ = writeln!(code, "extern \"C\" const char *{entry}(void) {{ return af_ascend_json; }}");
     Ok(AscendSource { code, kernels, buffers: table, launch, entry })
 }

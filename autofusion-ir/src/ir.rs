@@ -1,11 +1,10 @@
 //! The graph IR: typed values with dim-expression shapes, one value per node, topological order.
 
 use crate::dim::{shape_str, DimExpr, Shape};
-use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Element types of tensors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
     F16,
@@ -13,6 +12,7 @@ pub enum DType {
 }
 
 impl DType {
+    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
     pub fn size(self) -> usize {
         match self {
             DType::F32 => 4,
@@ -43,7 +43,7 @@ impl fmt::Display for DType {
 }
 
 /// A node (and the value it defines). `Display` matches the IR dump: `%7`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub u32);
 
 impl NodeId {
@@ -58,7 +58,7 @@ impl fmt::Display for NodeId {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum UnaryOp {
     Neg,
     Exp,
@@ -144,7 +144,7 @@ fn erf(x: f64) -> f64 {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
     Add,
     Sub,
@@ -156,6 +156,15 @@ pub enum BinaryOp {
 }
 
 impl BinaryOp {
+    pub const ALL: [BinaryOp; 7] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Max,
+        BinaryOp::Min,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
@@ -180,7 +189,7 @@ impl BinaryOp {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceKind {
     Sum,
     Mean,
@@ -188,6 +197,7 @@ pub enum ReduceKind {
 }
 
 impl ReduceKind {
+    pub const ALL: [ReduceKind; 3] = [ReduceKind::Sum, ReduceKind::Mean, ReduceKind::Max];
     pub fn name(self) -> &'static str {
         match self {
             ReduceKind::Sum => "sum",
@@ -199,7 +209,7 @@ impl ReduceKind {
 
 /// Operations. The first block is what the planner and code generators see; the sugar block is
 /// produced by the front end and expanded by `canon`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Graph input number `index`.
     Param {
@@ -318,7 +328,7 @@ impl Op {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Node {
     pub op: Op,
     pub inputs: Vec<NodeId>,
@@ -331,7 +341,7 @@ pub struct Node {
 }
 
 /// A lowered `#[fused_graph]` function.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Graph {
     pub name: String,
     /// Parameter names, in signature order (the `Param` nodes carry the same index).
@@ -374,6 +384,15 @@ impl Graph {
     }
     pub fn dim_index(&self, s: &str) -> usize {
         self.dyn_dims.iter().position(|d| d == s).expect("dynamic dim listed")
+    }
+
+    /// Ops that run as kernels (views, parameters and constants do not): the "operators" of
+    /// the plan summary.
+    pub fn kernel_op_count(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| !matches!(n.op, Op::Param { .. } | Op::Const { .. }) && !n.op.is_view())
+            .count()
     }
 
     /// The stable text dump used by snapshot tests.
@@ -753,6 +772,45 @@ pub fn infer(
     }
 }
 
+/// How many inputs an op takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    Exactly(usize),
+    AtLeast(usize),
+}
+
+impl Arity {
+    pub fn accepts(self, n: usize) -> bool {
+        match self {
+            Arity::Exactly(k) => n == k,
+            Arity::AtLeast(k) => n >= k,
+        }
+    }
+}
+
+impl fmt::Display for Arity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arity::Exactly(k) => write!(f, "{k}"),
+            Arity::AtLeast(k) => write!(f, "at least {k}"),
+        }
+    }
+}
+
+/// The inputs `op` takes.
+pub fn arity(op: &Op) -> Arity {
+    match op {
+        Op::Param { .. } | Op::Const { .. } => Arity::Exactly(0),
+        Op::Unary(_) | Op::Cast | Op::Copy | Op::CausalMask => Arity::Exactly(1),
+        Op::Reduce { .. } | Op::Softmax { .. } => Arity::Exactly(1),
+        Op::Reshape | Op::Transpose { .. } | Op::Slice { .. } => Arity::Exactly(1),
+        Op::Binary(_) | Op::MatMul | Op::RmsNorm { .. } => Arity::Exactly(2),
+        Op::Concat { .. } => Arity::AtLeast(1),
+        Op::LayerNorm { .. } | Op::Linear | Op::Rope => Arity::Exactly(3),
+        Op::Attention { mask, .. } => Arity::Exactly(3 + *mask as usize),
+    }
+}
+
 /// Check the invariants every pass must keep: topological order, arity, and that each node's
 /// type is what inference gives for its inputs.
 pub fn verify(g: &Graph) -> Result<(), String> {
@@ -765,21 +823,7 @@ pub fn verify(g: &Graph) -> Result<(), String> {
         }
         let ins: Vec<(&Shape, DType)> =
             n.inputs.iter().map(|i| (&g.node(*i).shape, g.node(*i).dtype)).collect();
-        let arity_ok = match &n.op {
-            Op::Param { .. } | Op::Const { .. } => ins.is_empty(),
-            Op::Unary(_)
-            | Op::Cast
-            | Op::Copy
-            | Op::CausalMask
-            | Op::Reduce { .. }
-            | Op::Softmax { .. } => ins.len() == 1,
-            Op::Reshape | Op::Transpose { .. } | Op::Slice { .. } => ins.len() == 1,
-            Op::Binary(_) | Op::MatMul => ins.len() == 2,
-            Op::Concat { .. } => !ins.is_empty(),
-            Op::LayerNorm { .. } | Op::Linear | Op::Rope => ins.len() == 3,
-            Op::RmsNorm { .. } => ins.len() == 2,
-            Op::Attention { mask, .. } => ins.len() == 3 + *mask as usize,
-        };
+        let arity_ok = arity(&n.op).accepts(ins.len());
         if !arity_ok {
             return Err(format!("{id} ({}) has {} inputs", n.op.name(), ins.len()));
         }

@@ -4,12 +4,11 @@
 //! symbols left in an expression are the dynamic dims (`S`), bound at run time. Products and
 //! quotients of dims are monomials; sums (from `concat`) make polynomials.
 
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
 /// A rational number in lowest terms with a positive denominator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Ratio {
     pub num: i64,
     pub den: i64,
@@ -50,8 +49,7 @@ impl Ratio {
 pub type Monomial = Vec<(String, u32)>;
 
 /// A dimension expression. Equality is structural on the normal form, so `D / H * H == D`.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(into = "Vec<(Monomial, Ratio)>", from = "Vec<(Monomial, Ratio)>")]
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DimExpr {
     /// monomial -> coefficient, zero coefficients removed.
     terms: BTreeMap<Monomial, Ratio>,
@@ -70,6 +68,13 @@ impl From<Vec<(Monomial, Ratio)>> for DimExpr {
             terms.insert(m, r);
             acc.add(&DimExpr { terms })
         })
+    }
+}
+
+/// A constant dim, for shapes written inline (`vec![s, 4.into()]`).
+impl From<i64> for DimExpr {
+    fn from(v: i64) -> DimExpr {
+        DimExpr::constant(v)
     }
 }
 

@@ -15,7 +15,6 @@
 //! function table holds the kernels, then every kernel's pack functions in order.
 
 use crate::dim::DimExpr;
-use serde::{Deserialize, Serialize};
 
 /// Bumped whenever the layout of `af_tiling`, `af_module` or the kernel signature changes.
 pub const ABI_VERSION: u32 = 2;
@@ -24,6 +23,16 @@ pub const ABI_VERSION: u32 = 2;
 /// the prelude's `AF_MR_MAX` / `AF_NR_MAX`.
 pub const MR_MAX: i64 = 8;
 pub const NR_MAX: i64 = 32;
+
+/// Host matmul blocking limits of DynamicTiling: rows and columns of C per work unit, depth
+/// per packed block. The host profile's `runtime_blocking` is these, so the cost model prices
+/// the tilings the runtime picks.
+pub const MC_MAX: i64 = 256;
+pub const NC_MAX: i64 = 512;
+pub const KC_MAX: i64 = 256;
+/// Host flash-attention query and key block limits.
+pub const BR_MAX: i64 = 64;
+pub const BC_MAX: i64 = 128;
 
 /// `af_tiling` fields, all `int64_t`, in order.
 pub const TILING_FIELDS: [&str; 8] =
@@ -50,8 +59,7 @@ pub fn c_decls() -> String {
 }
 
 /// The work of a kernel, from which DynamicTiling picks the blocking at run time.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Work {
     /// `rows` rows of `n` elements; `row_buffers` rows of `n` floats of scratch per block.
     Rows { rows: DimExpr, n: DimExpr, row_buffers: u32 },
@@ -65,7 +73,7 @@ pub enum Work {
 }
 
 /// What the runtime needs to launch one kernel.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct KernelMeta {
     /// The C function name (readable: kernel index and first output).
     pub name: String,
@@ -76,7 +84,6 @@ pub struct KernelMeta {
     /// The ops it holds, for error messages and reports.
     pub ops: String,
     /// B operands read from parameters, packed once per parameter tensor by the runtime.
-    #[serde(default)]
     pub packs: Vec<PackMeta>,
 }
 
@@ -85,7 +92,7 @@ pub struct KernelMeta {
 /// `b` at floats `((b * ceil(n / NR) + s) * k) * NR`, row `kk` of the sliver at `+ kk * NR`,
 /// columns past `n` zero. The pack function runs with `t->units` = `batch * ceil(n / NR_MAX)`
 /// column groups of `NR_MAX` columns, `t->rows_per_block` groups per block.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PackMeta {
     /// The C function (`<kernel>_pack<i>`).
     pub func: String,

@@ -1,0 +1,68 @@
+//! Compile generated sources into shared libraries, for loading at run time with
+//! `autofusion_runtime::library`: how tests, benchmarks and tools run plans of their own
+//! without a build script per plan. The flags are the ones `Builder` compiles with, plus
+//! `-Wall -Werror` (a warning in generated code is a generator bug).
+
+use crate::toolkit::Toolkit;
+use autofusion_compiler::codegen::c::CFLAGS;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Write `code` to `dir/file` and the kernel headers under `dir/include`; returns the source
+/// path and the `-I` flag of the headers.
+fn write_source(dir: &Path, file: &str, code: &str) -> Result<(PathBuf, String), String> {
+    let include = dir.join("include");
+    autofusion_compiler::codegen::write_headers(&include)
+        .map_err(|e| format!("cannot write the kernel headers into {}: {e}", include.display()))?;
+    let path = dir.join(file);
+    std::fs::write(&path, code).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok((path, format!("-I{}", include.display())))
+}
+
+fn run(cmd: &mut Command, what: &str, source: &Path) -> Result<(), String> {
+    let out = cmd.output().map_err(|e| format!("cannot run `{what}`: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{what}` failed on {}:\n{}",
+            source.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}
+
+/// Compile host C `code` with `$CC` (default `cc`) into `dir/<symbol>.so`; `flags` come after
+/// the defaults (`-O3`), so they may override them.
+pub fn host_library(
+    code: &str,
+    dir: &Path,
+    symbol: &str,
+    flags: &[&str],
+) -> Result<PathBuf, String> {
+    let (c, include) = write_source(dir, &format!("{symbol}.c"), code)?;
+    let so = dir.join(format!("{symbol}.so"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args(CFLAGS).arg(include).args(["-O3", "-fPIC", "-shared", "-Wall", "-Werror"]).args(flags);
+    cmd.arg("-o").arg(&so).arg(&c).arg("-lm");
+    run(&mut cmd, &cc, &c)?;
+    Ok(so)
+}
+
+/// Compile Ascend C `code` with the toolkit's bisheng into `dir/lib<symbol>_ascend.so`;
+/// `debug` builds with `-O0 -g -DASCENDC_DEBUG`.
+pub fn ascend_library(
+    tk: &Toolkit,
+    code: &str,
+    dir: &Path,
+    symbol: &str,
+    debug: bool,
+) -> Result<PathBuf, String> {
+    let (asc, include) = write_source(dir, &format!("{symbol}.asc"), code)?;
+    let so = dir.join(format!("lib{symbol}_ascend.so"));
+    let mut cmd = Command::new(&tk.bisheng);
+    cmd.args(["-Wall", "-Werror"]).arg(include);
+    cmd.args(tk.shared_lib_args(&[asc.clone()], &so, debug));
+    run(&mut cmd, &tk.bisheng.display().to_string(), &asc)?;
+    Ok(so)
+}

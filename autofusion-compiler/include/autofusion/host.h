@@ -1,0 +1,327 @@
+/* autofusion host prelude: the helpers every generated host C file includes (af_expf and the
+ * other vectorisable math, the per-ISA matmul micro-kernels and their run-time choice). Also
+ * compiled into the host calibration, so the calibration measures the very GEMM tile the
+ * kernels use. Part of autofusion-compiler; written next to the generated files by each build. */
+#ifndef AUTOFUSION_HOST_H
+#define AUTOFUSION_HOST_H
+#include <stdint.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+/* IEEE binary16 <-> binary32, round to nearest even. */
+static inline float af_h2f(uint16_t h) {
+    uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, f;
+    if (e == 0) {
+        if (m == 0) {
+            f = s;
+        } else {
+            e = 113;
+            while (!(m & 0x400u)) { m <<= 1; e--; }
+            f = s | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) {
+        f = s | 0x7f800000u | (m << 13);
+    } else {
+        f = s | ((e + 112) << 23) | (m << 13);
+    }
+    float out;
+    memcpy(&out, &f, 4);
+    return out;
+}
+static inline uint16_t af_f2h(float x) {
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    uint32_t s = (f >> 16) & 0x8000u, m = f & 0x7fffffu;
+    int32_t e = (int32_t)((f >> 23) & 0xffu) - 127 + 15;
+    if (((f >> 23) & 0xffu) == 0xffu) return (uint16_t)(s | 0x7c00u | (m ? 0x200u : 0));
+    if (e >= 31) return (uint16_t)(s | 0x7c00u);
+    if (e <= 0) {
+        if (e < -10) return (uint16_t)s;
+        m |= 0x800000u;
+        uint32_t shift = (uint32_t)(14 - e), hm = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (hm & 1u))) hm++;
+        return (uint16_t)(s | hm);
+    }
+    uint32_t hm = m >> 13, rem = m & 0x1fffu, out = s | ((uint32_t)e << 10) | hm;
+    if (rem > 0x1000u || (rem == 0x1000u && (hm & 1u))) out++;
+    return (uint16_t)out;
+}
+/* bfloat16 <-> binary32, round to nearest even. */
+static inline float af_bf2f(uint16_t h) {
+    uint32_t f = (uint32_t)h << 16;
+    float out;
+    memcpy(&out, &f, 4);
+    return out;
+}
+static inline uint16_t af_f2bf(float x) {
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    if ((f & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((f >> 16) | 0x40u);
+    f += 0x7fffu + ((f >> 16) & 1u);
+    return (uint16_t)(f >> 16);
+}
+static inline float af_round_f16(float x) { return af_h2f(af_f2h(x)); }
+static inline float af_round_bf16(float x) { return af_bf2f(af_f2bf(x)); }
+/* exp(x) without a library call, branch-free so loops over it vectorise: x = n ln2 + r with
+ * |r| <= ln2/2, exp(r) by a degree-6 polynomial (Cephes expf coefficients, about 1 ulp),
+ * 2^n assembled in the exponent bits. Underflows to 0 below -87.3, overflows to +inf above
+ * 88.7, propagates NaN. */
+static inline float af_expf(float x) {
+    float xc = x > 88.7228391116729996f ? 88.7228391116729996f : x;
+    xc = xc < -87.3365447505531f ? -87.3365447505531f : xc;
+    xc = (x == x) ? xc : 0.0f;
+    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    /* 2^n as 2^h * 2^(n-h): both factors stay normal for n in [-126, 128]. */
+    const int32_t ni = (int32_t)n, h = ni / 2;
+    const uint32_t b1 = (uint32_t)(h + 127) << 23, b2 = (uint32_t)(ni - h + 127) << 23;
+    float s1, s2;
+    memcpy(&s1, &b1, 4);
+    memcpy(&s2, &b2, 4);
+    float y = p * s1 * s2;
+    y = x > 88.7228391116729996f ? INFINITY : y;
+    y = x < -87.3365447505531f ? 0.0f : y;
+    return (x == x) ? y : x;
+}
+static inline float af_sigmoid(float x) { return 1.0f / (1.0f + af_expf(-x)); }
+static inline float af_silu(float x) { return x / (1.0f + af_expf(-x)); }
+/* tanh(x) = sign(x) (1 - 2 / (exp(2|x|) + 1)), on af_expf (absolute error ~1e-7). */
+static inline float af_tanhf(float x) {
+    const float a = x < 0.0f ? -x : x, e = af_expf(2.0f * (a > 20.0f ? 20.0f : a));
+    const float r = 1.0f - 2.0f / (e + 1.0f);
+    return x < 0.0f ? -r : r;
+}
+/* erf(x) from the Chebyshev fit of erfc in Numerical Recipes (fractional error of erfc
+ * below 1.2e-7 everywhere), on af_expf: branch-free, so loops over it vectorise. */
+static inline float af_erff(float x) {
+    const float z = x < 0.0f ? -x : x, t = 1.0f / (1.0f + 0.5f * z);
+    float p = 0.17087277f;
+    p = p * t - 0.82215223f;
+    p = p * t + 1.48851587f;
+    p = p * t - 1.13520398f;
+    p = p * t + 0.27886807f;
+    p = p * t - 0.18628806f;
+    p = p * t + 0.09678418f;
+    p = p * t + 0.37409196f;
+    p = p * t + 1.00002368f;
+    p = p * t - 1.26551223f;
+    const float erfc = t * af_expf(-z * z + p), r = 1.0f - erfc;
+    return x < 0.0f ? -r : r;
+}
+static inline float af_gelu(float x) { return 0.5f * x * (1.0f + af_erff(x * 0.70710678118654752f)); }
+static inline float af_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + af_tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+static inline int64_t af_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+/* fmaxf/fminf semantics (a NaN operand yields the other), inline and vectorisable. */
+static inline float af_fmax(float a, float b) { return ((b > a) | (a != a)) ? b : a; }
+static inline float af_fmin(float a, float b) { return ((b < a) | (a != a)) ? b : a; }
+
+/* Row helpers of the online softmax: the max of x[0..n) and m0 (NaN skipped), and
+ * x[j] = exp(x[j] - m) returning the sum. Sixteen partial results make the reductions
+ * independent chains the compiler vectorises (with eight, GCC 12 leaves them scalar under
+ * AVX-512; see RED_LANES). */
+static inline float af_vmax(const float *restrict x, int64_t n, float m0) {
+    float p[16];
+    for (int l = 0; l < 16; ++l) p[l] = m0;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) p[l] = x[j + l] > p[l] ? x[j + l] : p[l];
+    for (; j < n; ++j) p[0] = x[j] > p[0] ? x[j] : p[0];
+    for (int l = 1; l < 16; ++l) p[0] = p[l] > p[0] ? p[l] : p[0];
+    return p[0];
+}
+static inline float af_vexp_sum(float *restrict x, int64_t n, float m) {
+    for (int64_t j = 0; j < n; ++j) x[j] = af_expf(x[j] - m);
+    float p[16];
+    for (int l = 0; l < 16; ++l) p[l] = 0.0f;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) p[l] += x[j + l];
+    for (; j < n; ++j) p[0] += x[j];
+    for (int l = 8; l > 0; l /= 2)
+        for (int i = 0; i < l; ++i) p[i] += p[i + l];
+    return p[0];
+}
+
+/* Every kernel is compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2+FMA) and the baseline,
+ * and the loader picks the widest this CPU runs (GCC function multi-versioning), so the
+ * elementwise and reduction loops vectorise at the machine's width without -march. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && !defined(AF_NO_CLONES)
+#define AF_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define AF_CLONES
+#endif
+
+/* ---- Matmul micro-kernels: C[mr x nr] (=|+=) A[mr x kc] x B-sliver over kc. A is read in
+ * place, element (i, k) at A[i * rs + k * cs]: a packed sliver (rs 1, cs MR) or rows of a
+ * row-major matrix (rs = its row stride, cs 1), so contiguous f32 operands need no packing;
+ * rows past mr repeat row mr - 1 and are never stored. B is packed in slivers of NR columns
+ * (B[k * NR + j], zero past the matrix), so a kernel always computes a full MR x NR tile in
+ * registers and only the store honours mr x nr. One kernel per ISA, chosen once at run time
+ * from CPUID (AUTOFUSION_ISA=portable|avx2 forces a narrower one the CPU has). ---- */
+typedef void (*af_uk_fn)(int64_t kc, const float *restrict A, int64_t rs, int64_t cs, const float *restrict B,
+                         float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc);
+typedef struct af_isa_info { af_uk_fn uk; int64_t mr, nr; const char *name; } af_isa_info;
+#define AF_MR_MAX 8
+#define AF_NR_MAX 32
+/* Row i of A for a tile of mr valid rows. */
+#define AF_AROW(i) (A + ((i) < mr ? (i) : mr - 1) * rs)
+
+__attribute__((unused)) static void af_uk_portable(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,
+                                                   const float *restrict B, float *restrict C, int64_t ldc, int64_t mr,
+                                                   int64_t nr, int acc) {
+    float c[4][16];
+    memset(c, 0, sizeof c);
+    const float *a[4] = {AF_AROW(0), AF_AROW(1), AF_AROW(2), AF_AROW(3)};
+    for (int64_t k = 0; k < kc; ++k) {
+        const float *restrict b = B + k * 16;
+        for (int i = 0; i < 4; ++i) {
+            const float x = a[i][k * cs];
+            for (int j = 0; j < 16; ++j) c[i][j] += x * b[j];
+        }
+    }
+    for (int64_t i = 0; i < mr; ++i)
+        for (int64_t j = 0; j < nr; ++j) C[i * ldc + j] = acc ? C[i * ldc + j] + c[i][j] : c[i][j];
+}
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define AF_HAVE_X86 1
+/* AVX2 + FMA: 6 x 16 tile, 12 ymm accumulators. */
+#define AF_UK256_ROW(i) \
+    x = _mm256_broadcast_ss(a##i + o); c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);
+__attribute__((target("avx2,fma"), unused)) static void af_uk_avx2(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,
+                                                                   const float *restrict B, float *restrict C, int64_t ldc,
+                                                                   int64_t mr, int64_t nr, int acc) {
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const float *a0 = AF_AROW(0), *a1 = AF_AROW(1), *a2 = AF_AROW(2), *a3 = AF_AROW(3), *a4 = AF_AROW(4), *a5 = AF_AROW(5);
+    for (int64_t k = 0; k < kc; ++k) {
+        const __m256 b0 = _mm256_loadu_ps(B + k * 16), b1 = _mm256_loadu_ps(B + k * 16 + 8);
+        const int64_t o = k * cs;
+        __m256 x;
+        AF_UK256_ROW(0) AF_UK256_ROW(1) AF_UK256_ROW(2) AF_UK256_ROW(3) AF_UK256_ROW(4) AF_UK256_ROW(5)
+    }
+    const __m256 rows[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    if (nr == 16) {
+        for (int64_t i = 0; i < mr; ++i) {
+            float *c = C + i * ldc;
+            __m256 r0 = rows[i][0], r1 = rows[i][1];
+            if (acc) { r0 = _mm256_add_ps(r0, _mm256_loadu_ps(c)); r1 = _mm256_add_ps(r1, _mm256_loadu_ps(c + 8)); }
+            _mm256_storeu_ps(c, r0);
+            _mm256_storeu_ps(c + 8, r1);
+        }
+    } else {
+        float t[16];
+        for (int64_t i = 0; i < mr; ++i) {
+            _mm256_storeu_ps(t, rows[i][0]);
+            _mm256_storeu_ps(t + 8, rows[i][1]);
+            for (int64_t j = 0; j < nr; ++j) C[i * ldc + j] = acc ? C[i * ldc + j] + t[j] : t[j];
+        }
+    }
+}
+#undef AF_UK256_ROW
+/* AVX-512F: 8 x 32 tile, 16 zmm accumulators; tails stored under a lane mask. */
+#define AF_UK512_ROW(i) \
+    x = _mm512_set1_ps(a##i[o]); c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);
+__attribute__((target("avx512f"), unused)) static void af_uk_avx512(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,
+                                                                    const float *restrict B, float *restrict C, int64_t ldc,
+                                                                    int64_t mr, int64_t nr, int acc) {
+    if (mr == 1) { /* one row (decode): four k-steps in flight instead of eight idle rows */
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+        int64_t k = 0;
+        for (; k + 4 <= kc; k += 4) {
+            const float *b = B + k * 32;
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(b), s0);
+            s1 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(b + 16), s1);
+            s2 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 1) * cs]), _mm512_loadu_ps(b + 32), s2);
+            s3 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 1) * cs]), _mm512_loadu_ps(b + 48), s3);
+            s4 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 2) * cs]), _mm512_loadu_ps(b + 64), s4);
+            s5 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 2) * cs]), _mm512_loadu_ps(b + 80), s5);
+            s6 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 3) * cs]), _mm512_loadu_ps(b + 96), s6);
+            s7 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 3) * cs]), _mm512_loadu_ps(b + 112), s7);
+        }
+        for (; k < kc; ++k) {
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(B + k * 32), s0);
+            s1 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(B + k * 32 + 16), s1);
+        }
+        __m512 r0 = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s4, s6));
+        __m512 r1 = _mm512_add_ps(_mm512_add_ps(s1, s3), _mm512_add_ps(s5, s7));
+        const __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+        const __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+        if (acc) {
+            r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(m0, C));
+            r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(m1, C + 16));
+        }
+        _mm512_mask_storeu_ps(C, m0, r0);
+        _mm512_mask_storeu_ps(C + 16, m1, r1);
+        return;
+    }
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    const float *a0 = AF_AROW(0), *a1 = AF_AROW(1), *a2 = AF_AROW(2), *a3 = AF_AROW(3);
+    const float *a4 = AF_AROW(4), *a5 = AF_AROW(5), *a6 = AF_AROW(6), *a7 = AF_AROW(7);
+    for (int64_t k = 0; k < kc; ++k) {
+        const __m512 b0 = _mm512_loadu_ps(B + k * 32), b1 = _mm512_loadu_ps(B + k * 32 + 16);
+        const int64_t o = k * cs;
+        __m512 x;
+        AF_UK512_ROW(0) AF_UK512_ROW(1) AF_UK512_ROW(2) AF_UK512_ROW(3)
+        AF_UK512_ROW(4) AF_UK512_ROW(5) AF_UK512_ROW(6) AF_UK512_ROW(7)
+    }
+    const __m512 rows[8][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
+    const __mmask16 k0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1u);
+    const __mmask16 k1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1u);
+    for (int64_t i = 0; i < mr; ++i) {
+        float *c = C + i * ldc;
+        __m512 r0 = rows[i][0], r1 = rows[i][1];
+        if (acc) {
+            r0 = _mm512_add_ps(r0, _mm512_maskz_loadu_ps(k0, c));
+            r1 = _mm512_add_ps(r1, _mm512_maskz_loadu_ps(k1, c + 16));
+        }
+        _mm512_mask_storeu_ps(c, k0, r0);
+        _mm512_mask_storeu_ps(c + 16, k1, r1);
+    }
+}
+#undef AF_UK512_ROW
+#endif
+#undef AF_AROW
+
+/* The micro-kernel for this CPU, chosen once (a benign, atomic first-use race). */
+__attribute__((unused)) static af_isa_info af_isa(void) {
+    static const af_isa_info portable = {af_uk_portable, 4, 16, "portable"};
+#ifdef AF_HAVE_X86
+    static const af_isa_info avx2 = {af_uk_avx2, 6, 16, "avx2"}, avx512 = {af_uk_avx512, 8, 32, "avx512"};
+#endif
+    static int chosen = -1;
+    int c = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
+    if (c < 0) {
+        c = 0;
+#ifdef AF_HAVE_X86
+        __builtin_cpu_init();
+        const int has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        const int has512 = __builtin_cpu_supports("avx512f");
+        c = has512 ? 2 : has2 ? 1 : 0;
+        const char *want = getenv("AUTOFUSION_ISA");
+        if (want && strcmp(want, "portable") == 0) c = 0;
+        if (want && strcmp(want, "avx2") == 0 && has2) c = 1;
+#endif
+        __atomic_store_n(&chosen, c, __ATOMIC_RELAXED);
+    }
+#ifdef AF_HAVE_X86
+    if (c == 2) return avx512;
+    if (c == 1) return avx2;
+#endif
+    return portable;
+}
+
+#endif /* AUTOFUSION_HOST_H */

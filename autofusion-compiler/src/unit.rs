@@ -1,0 +1,229 @@
+//! A graph and its options, whatever produced it (the DSL front end, the graph builder, an
+//! importer): checked, canonicalised and hashed, then planned and generated per variant.
+
+use crate::dim::Shape;
+use crate::ir::{self, DType, Graph};
+use crate::plan::RuleSet;
+use crate::{abi, canon, codegen, plan, report, target, ModuleMeta, Variant};
+
+/// Planning options of a graph: those of `#[fused_graph(...)]`, or given with
+/// `Unit::from_graph`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub dims: Vec<(String, i64)>,
+    /// Planning estimates for dynamic dims (`hints(S = 512)`); default 128.
+    pub hints: Vec<(String, i64)>,
+    pub opt_level: u8,
+    pub rules: RuleSet,
+    pub debug: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            dims: Vec::new(),
+            hints: Vec::new(),
+            opt_level: 2,
+            rules: RuleSet::all(),
+            debug: false,
+        }
+    }
+}
+
+/// The typed signature, for the macro's glue.
+#[derive(Clone, Debug)]
+pub struct Signature {
+    pub params: Vec<(String, DType, Shape)>,
+    pub outputs: Vec<(DType, Shape)>,
+    /// Whether the function returns a tuple (even of one).
+    pub tuple_return: bool,
+}
+
+/// A producer's result: the graph (still holding sugar ops), options and signature.
+#[derive(Clone, Debug)]
+pub struct Lowered {
+    pub graph: Graph,
+    pub options: Options,
+    pub sig: Signature,
+}
+
+impl Signature {
+    /// The signature of `g` as its parameters and outputs type it; `tuple_return` says whether
+    /// the producer returns a tuple even of one output.
+    pub fn of(g: &Graph, tuple_return: bool) -> Signature {
+        let params = g
+            .param_nodes()
+            .iter()
+            .zip(&g.params)
+            .map(|(id, name)| (name.clone(), g.node(*id).dtype, g.node(*id).shape.clone()))
+            .collect();
+        let outputs =
+            g.outputs.iter().map(|o| (g.node(*o).dtype, g.node(*o).shape.clone())).collect();
+        Signature { params, outputs, tuple_return }
+    }
+}
+
+/// One graph with its options, checked and canonicalised: what every backend plans and
+/// generates from. Made from the DSL (`Unit::parse`) or from any graph (`Unit::from_graph`).
+#[derive(Clone, Debug)]
+pub struct Unit {
+    /// The producer's graph (with sugar ops), its options and signature.
+    pub lowered: Lowered,
+    /// The canonical graph (what plans and the reference interpreter run).
+    pub graph: ir::Graph,
+    /// Content hash of the graph and options: keys the build output.
+    pub hash: String,
+}
+
+/// A planned and generated variant.
+pub struct Built {
+    pub variant: Variant,
+    pub plan: plan::Plan,
+    pub c: codegen::c::CSource,
+    pub meta_json: String,
+}
+
+fn fnv1a(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+impl Unit {
+    /// A unit from a graph built by any producer (`GraphBuilder`, an importer). The graph is
+    /// verified, then canonicalised; `options.dims` is not read (the graph carries its static
+    /// dims already substituted).
+    pub fn from_graph(graph: Graph, options: Options) -> Result<Unit, String> {
+        let sig = Signature::of(&graph, graph.outputs.len() != 1);
+        Unit::from_lowered(Lowered { graph, options, sig })
+    }
+
+    /// Verify, canonicalise and hash a producer's result.
+    pub fn from_lowered(lowered: Lowered) -> Result<Unit, String> {
+        ir::verify(&lowered.graph)?;
+        let graph = canon::canonicalize(&lowered.graph);
+        ir::verify(&graph).map_err(|e| format!("after canonicalisation: {e}"))?;
+        let hash = unit_hash(&graph, &lowered.options);
+        Ok(Unit { lowered, graph, hash })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.graph.name
+    }
+
+    /// The exported symbol of a variant's module descriptor.
+    pub fn symbol(&self, v: Variant) -> String {
+        symbol(&self.graph.name, &self.hash, v)
+    }
+
+    /// Plan and generate one variant.
+    pub fn variant(&self, v: Variant, target: &target::Target) -> Built {
+        let o = &self.lowered.options;
+        let level = match v {
+            Variant::Fused => o.opt_level,
+            Variant::Unfused => 0,
+        };
+        let plan = plan::plan(&self.graph, level, o.rules, &o.hints, target);
+        self.generate(v, plan, &self.symbol(v))
+    }
+
+    /// Generate code for a given plan (tools and benchmarks build plans of their own).
+    pub fn generate(&self, v: Variant, plan: plan::Plan, symbol: &str) -> Built {
+        let header = format!(
+            "graph `{}` ({} variant), plan {} at opt_level {}, target {}",
+            self.graph.name,
+            v.name(),
+            self.hash,
+            plan.opt_level,
+            plan.target.name
+        );
+        let mut summary = report::summary(&self.graph, &plan, &[]);
+        summary.pop();
+        let meta = |kernels: &[abi::KernelMeta]| {
+            autofusion_ir::json::write(&ModuleMeta {
+                abi: abi::ABI_VERSION,
+                hash: self.hash.clone(),
+                variant: v.name().into(),
+                graph: self.graph.clone(),
+                kernels: kernels.to_vec(),
+                summary: summary.clone(),
+                pipeline: plan.pipeline,
+            })
+        };
+        let c = codegen::c::generate(&self.graph, &plan, symbol, &header, &meta);
+        let meta_json = meta(&c.kernels);
+        Built { variant: v, plan, c, meta_json }
+    }
+}
+
+impl Unit {
+    /// Plan one variant for `target` (normally `ascend910b`) and generate its Ascend C.
+    /// The opt-in `qkv_horizontal` rule is not applied on Ascend: the generator has no
+    /// horizontal kernel (on the NPU the projections run as separate mix launches, or as bodies
+    /// of the one pipeline launch at opt_level 3).
+    pub fn variant_ascend(
+        &self,
+        v: Variant,
+        target: &target::Target,
+    ) -> Result<(plan::Plan, codegen::ascend::AscendSource), String> {
+        let o = &self.lowered.options;
+        let level = match v {
+            Variant::Fused => o.opt_level,
+            Variant::Unfused => 0,
+        };
+        let mut rules = o.rules;
+        rules.remove(plan::Rule::QkvHorizontal);
+        let plan = plan::plan(&self.graph, level, rules, &o.hints, target);
+        let src = self.generate_ascend(v, &plan, &self.symbol(v))?;
+        Ok((plan, src))
+    }
+
+    /// Generate Ascend C for a given plan.
+    pub fn generate_ascend(
+        &self,
+        v: Variant,
+        plan: &plan::Plan,
+        symbol: &str,
+    ) -> Result<codegen::ascend::AscendSource, String> {
+        if self.graph.dyn_dims.len() > abi::ASCEND_MAX_DIMS {
+            return Err(format!(
+                "graph `{}` has {} dynamic dims; the Ascend kernels take at most {}",
+                self.graph.name,
+                self.graph.dyn_dims.len(),
+                abi::ASCEND_MAX_DIMS
+            ));
+        }
+        let header = format!(
+            "graph `{}` ({} variant), plan {} at opt_level {}, target {}",
+            self.graph.name,
+            v.name(),
+            self.hash,
+            plan.opt_level,
+            plan.target.name
+        );
+        codegen::ascend::generate(&self.graph, plan, symbol, &header)
+    }
+}
+
+/// Content hash of a canonical graph and the options that change its code: keys the build
+/// output and the exported symbols.
+fn unit_hash(graph: &Graph, o: &Options) -> String {
+    let key = format!(
+        "{}|{}|opt{}|rules{}|debug{}|hints{:?}",
+        env!("CARGO_PKG_VERSION"),
+        graph.dump(),
+        o.opt_level,
+        o.rules.0,
+        o.debug,
+        o.hints
+    );
+    format!("{:016x}", fnv1a(&key))
+}
+
+/// `af_<graph>_<hash>_<variant>`.
+pub fn symbol(name: &str, hash: &str, v: Variant) -> String {
+    format!("af_{name}_{hash}_{}", v.name())
+}

@@ -1,0 +1,442 @@
+//! The JSON a generated module embeds about itself, written by the compiler and read by the
+//! runtime. The conversions are written out here (a `Json` trait over `serde_json::Value`)
+//! rather than derived, so that this crate, and every binary that runs fused layers, depends
+//! on no derive macro and so on no Rust parser.
+//!
+//! Non-finite floats (a `-inf` constant) are written as the strings `"inf"`, `"-inf"` and
+//! `"nan"`, which plain JSON numbers cannot hold.
+
+use crate::abi::{KernelMeta, PackMeta, Work};
+use crate::dim::{DimExpr, Monomial, Ratio};
+use crate::ir::{BinaryOp, DType, Graph, Node, NodeId, Op, ReduceKind, UnaryOp};
+use crate::meta::{AscendKernel, AscendMeta, ModuleMeta};
+use serde_json::{json, Map, Value};
+
+/// A value that converts to and from JSON.
+pub trait Json: Sized {
+    fn to_json(&self) -> Value;
+    /// The value `v` describes, or what is wrong with it.
+    fn from_json(v: &Value) -> Result<Self, String>;
+}
+
+/// Parse `text` as a `T`.
+pub fn parse<T: Json>(text: &[u8]) -> Result<T, String> {
+    let v: Value = serde_json::from_slice(text).map_err(|e| e.to_string())?;
+    T::from_json(&v)
+}
+
+/// `t` as compact JSON text.
+pub fn write<T: Json>(t: &T) -> String {
+    t.to_json().to_string()
+}
+
+fn bad(what: &str, v: &Value) -> String {
+    let mut shown = v.to_string();
+    if shown.len() > 60 {
+        shown.truncate(57);
+        shown += "...";
+    }
+    format!("expected {what}, found {shown}")
+}
+
+/// Field `key` of object `v`; a missing field reads as `null` (so `Option` and defaults work).
+fn field<'a>(v: &'a Value, key: &str) -> Result<&'a Value, String> {
+    match v {
+        Value::Object(m) => Ok(m.get(key).unwrap_or(&Value::Null)),
+        _ => Err(bad("an object", v)),
+    }
+}
+
+/// Field `key` of object `v` as a `T`, the error naming the field.
+fn get<T: Json>(v: &Value, key: &str) -> Result<T, String> {
+    T::from_json(field(v, key)?).map_err(|e| format!("{key}: {e}"))
+}
+
+fn tag(v: &Value) -> Result<&str, String> {
+    field(v, "kind")?.as_str().ok_or_else(|| bad("a `kind` string", v))
+}
+
+impl Json for String {
+    fn to_json(&self) -> Value {
+        Value::String(self.clone())
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        v.as_str().map(str::to_string).ok_or_else(|| bad("a string", v))
+    }
+}
+
+impl Json for bool {
+    fn to_json(&self) -> Value {
+        Value::Bool(*self)
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        v.as_bool().ok_or_else(|| bad("a boolean", v))
+    }
+}
+
+macro_rules! json_int {
+    ($($t:ty),*) => {$(
+        impl Json for $t {
+            fn to_json(&self) -> Value {
+                json!(*self)
+            }
+            fn from_json(v: &Value) -> Result<Self, String> {
+                v.as_i64()
+                    .and_then(|i| <$t>::try_from(i).ok())
+                    .ok_or_else(|| bad(concat!("an integer fitting ", stringify!($t)), v))
+            }
+        }
+    )*};
+}
+json_int!(i64, u64, u32, usize);
+
+impl Json for f64 {
+    fn to_json(&self) -> Value {
+        match self {
+            x if x.is_finite() => json!(x),
+            x if x.is_nan() => json!("nan"),
+            x if *x > 0.0 => json!("inf"),
+            _ => json!("-inf"),
+        }
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Number(n) => n.as_f64().ok_or_else(|| bad("a number", v)),
+            Value::String(s) if s == "inf" => Ok(f64::INFINITY),
+            Value::String(s) if s == "-inf" => Ok(f64::NEG_INFINITY),
+            Value::String(s) if s == "nan" => Ok(f64::NAN),
+            _ => Err(bad("a number", v)),
+        }
+    }
+}
+
+impl<T: Json> Json for Vec<T> {
+    fn to_json(&self) -> Value {
+        Value::Array(self.iter().map(Json::to_json).collect())
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        match v {
+            // A missing list is empty (fields added after a format was first written).
+            Value::Null => Ok(Vec::new()),
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .map(|(i, x)| T::from_json(x).map_err(|e| format!("[{i}]: {e}")))
+                .collect(),
+            _ => Err(bad("an array", v)),
+        }
+    }
+}
+
+fn items<const N: usize>(v: &Value) -> Result<&[Value], String> {
+    match v.as_array() {
+        Some(a) if a.len() == N => Ok(a),
+        _ => Err(bad(&format!("an array of {N}"), v)),
+    }
+}
+
+impl<A: Json, B: Json> Json for (A, B) {
+    fn to_json(&self) -> Value {
+        json!([self.0.to_json(), self.1.to_json()])
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let a = items::<2>(v)?;
+        Ok((A::from_json(&a[0])?, B::from_json(&a[1])?))
+    }
+}
+
+impl<A: Json, B: Json, C: Json, D: Json> Json for (A, B, C, D) {
+    fn to_json(&self) -> Value {
+        json!([self.0.to_json(), self.1.to_json(), self.2.to_json(), self.3.to_json()])
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let a = items::<4>(v)?;
+        Ok((A::from_json(&a[0])?, B::from_json(&a[1])?, C::from_json(&a[2])?, D::from_json(&a[3])?))
+    }
+}
+
+/// `Json` for a struct with named fields, each written under its own name.
+macro_rules! json_struct {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl Json for $t {
+            fn to_json(&self) -> Value {
+                let mut m = Map::new();
+                $(m.insert(stringify!($f).to_string(), self.$f.to_json());)*
+                Value::Object(m)
+            }
+            fn from_json(v: &Value) -> Result<Self, String> {
+                Ok($t { $($f: get(v, stringify!($f))?,)* })
+            }
+        }
+    };
+}
+
+/// `Json` for a field-less enum written as its `name()`, read back through `ALL`.
+macro_rules! json_named {
+    ($($t:ident),*) => {$(
+        impl Json for $t {
+            fn to_json(&self) -> Value {
+                json!(self.name())
+            }
+            fn from_json(v: &Value) -> Result<Self, String> {
+                let s = v.as_str().ok_or_else(|| bad("a name", v))?;
+                $t::ALL.iter().copied().find(|x| x.name() == s).ok_or_else(|| {
+                    format!(concat!("unknown ", stringify!($t), " `{}`"), s)
+                })
+            }
+        }
+    )*};
+}
+json_named!(DType, UnaryOp, BinaryOp, ReduceKind);
+
+impl Json for NodeId {
+    fn to_json(&self) -> Value {
+        json!(self.0)
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        u32::from_json(v).map(NodeId)
+    }
+}
+
+impl Json for Ratio {
+    fn to_json(&self) -> Value {
+        json!([self.num, self.den])
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let (num, den) = <(i64, i64)>::from_json(v)?;
+        if den == 0 {
+            return Err("a ratio with denominator 0".into());
+        }
+        Ok(Ratio::new(num, den))
+    }
+}
+
+/// A dim expression as its terms: `[[[["S", 1]], [2, 1]], [[], [1, 1]]]` is `2 * S + 1`.
+impl Json for DimExpr {
+    fn to_json(&self) -> Value {
+        Vec::<(Monomial, Ratio)>::from(self.clone())
+            .iter()
+            .map(|(m, r)| {
+                json!([m.iter().map(|(s, e)| json!([s, e])).collect::<Vec<_>>(), r.to_json()])
+            })
+            .collect()
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let terms: Vec<(Vec<(String, u32)>, Ratio)> = Vec::from_json(v)?;
+        Ok(DimExpr::from(terms))
+    }
+}
+
+impl Json for Op {
+    fn to_json(&self) -> Value {
+        let kind = |k: &str| json!({ "kind": k });
+        match self {
+            Op::Param { index } => json!({ "kind": "param", "index": index }),
+            Op::Const { value } => json!({ "kind": "const", "value": value.to_json() }),
+            Op::Unary(u) => json!({ "kind": "unary", "fn": u.to_json() }),
+            Op::Binary(b) => json!({ "kind": "binary", "fn": b.to_json() }),
+            Op::Reduce { kind: r, axis } => {
+                json!({ "kind": "reduce", "fn": r.to_json(), "axis": axis })
+            }
+            Op::Transpose { perm } => json!({ "kind": "transpose", "perm": perm }),
+            Op::Slice { axis, start, end } => json!({
+                "kind": "slice", "axis": axis, "start": start.to_json(), "end": end.to_json()
+            }),
+            Op::Concat { axis } => json!({ "kind": "concat", "axis": axis }),
+            Op::Softmax { axis } => json!({ "kind": "softmax", "axis": axis }),
+            Op::LayerNorm { eps } => json!({ "kind": "layer_norm", "eps": eps.to_json() }),
+            Op::RmsNorm { eps } => json!({ "kind": "rms_norm", "eps": eps.to_json() }),
+            Op::Attention { scale, causal, mask } => json!({
+                "kind": "attention", "scale": scale.to_json(), "causal": causal, "mask": mask
+            }),
+            Op::Cast => kind("cast"),
+            Op::MatMul => kind("matmul"),
+            Op::Reshape => kind("reshape"),
+            Op::Copy => kind("copy"),
+            Op::CausalMask => kind("causal_mask"),
+            Op::Linear => kind("linear"),
+            Op::Rope => kind("rope"),
+        }
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        Ok(match tag(v)? {
+            "param" => Op::Param { index: get(v, "index")? },
+            "const" => Op::Const { value: get(v, "value")? },
+            "unary" => Op::Unary(get(v, "fn")?),
+            "binary" => Op::Binary(get(v, "fn")?),
+            "reduce" => Op::Reduce { kind: get(v, "fn")?, axis: get(v, "axis")? },
+            "transpose" => Op::Transpose { perm: get(v, "perm")? },
+            "slice" => {
+                Op::Slice { axis: get(v, "axis")?, start: get(v, "start")?, end: get(v, "end")? }
+            }
+            "concat" => Op::Concat { axis: get(v, "axis")? },
+            "softmax" => Op::Softmax { axis: get(v, "axis")? },
+            "layer_norm" => Op::LayerNorm { eps: get(v, "eps")? },
+            "rms_norm" => Op::RmsNorm { eps: get(v, "eps")? },
+            "attention" => Op::Attention {
+                scale: get(v, "scale")?,
+                causal: get(v, "causal")?,
+                mask: get(v, "mask")?,
+            },
+            "cast" => Op::Cast,
+            "matmul" => Op::MatMul,
+            "reshape" => Op::Reshape,
+            "copy" => Op::Copy,
+            "causal_mask" => Op::CausalMask,
+            "linear" => Op::Linear,
+            "rope" => Op::Rope,
+            other => return Err(format!("unknown op `{other}`")),
+        })
+    }
+}
+
+impl Json for Work {
+    fn to_json(&self) -> Value {
+        match self {
+            Work::Rows { rows, n, row_buffers } => json!({
+                "kind": "rows", "rows": rows.to_json(), "n": n.to_json(), "row_buffers": row_buffers
+            }),
+            Work::MatMul { batch, m, n, k } => json!({
+                "kind": "matmul", "batch": batch.to_json(), "m": m.to_json(), "n": n.to_json(),
+                "k": k.to_json()
+            }),
+            Work::Flash { batch, sq, sk, d, dv } => json!({
+                "kind": "flash", "batch": batch.to_json(), "sq": sq.to_json(), "sk": sk.to_json(),
+                "d": d.to_json(), "dv": dv.to_json()
+            }),
+            Work::Horizontal { parts } => json!({ "kind": "horizontal", "parts": parts.to_json() }),
+        }
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        Ok(match tag(v)? {
+            "rows" => Work::Rows {
+                rows: get(v, "rows")?,
+                n: get(v, "n")?,
+                row_buffers: get(v, "row_buffers")?,
+            },
+            "matmul" => Work::MatMul {
+                batch: get(v, "batch")?,
+                m: get(v, "m")?,
+                n: get(v, "n")?,
+                k: get(v, "k")?,
+            },
+            "flash" => Work::Flash {
+                batch: get(v, "batch")?,
+                sq: get(v, "sq")?,
+                sk: get(v, "sk")?,
+                d: get(v, "d")?,
+                dv: get(v, "dv")?,
+            },
+            "horizontal" => Work::Horizontal { parts: get(v, "parts")? },
+            other => return Err(format!("unknown work `{other}`")),
+        })
+    }
+}
+
+json_struct!(Node { op, inputs, dtype, shape, name, line });
+json_struct!(Graph { name, params, nodes, outputs, dyn_dims, static_dims });
+json_struct!(PackMeta { func, param, batch, k, n });
+json_struct!(KernelMeta { name, buffers, n_inputs, work, ops, packs });
+json_struct!(ModuleMeta { abi, hash, variant, graph, kernels, summary, pipeline });
+json_struct!(AscendKernel {
+    name,
+    buffers,
+    n_inputs,
+    work,
+    ops,
+    mix,
+    ub_per_col,
+    ub_fixed,
+    cube,
+    stage_a,
+    stage_b
+});
+json_struct!(AscendMeta { kernels, buffers, pipeline });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s() -> DimExpr {
+        DimExpr::sym("S")
+    }
+
+    fn graph() -> Graph {
+        let node = |op: Op, inputs: Vec<NodeId>, shape: Vec<DimExpr>| Node {
+            op,
+            inputs,
+            dtype: DType::BF16,
+            shape,
+            name: "n".into(),
+            line: 3,
+        };
+        let half = s().div_const(2).unwrap();
+        Graph {
+            name: "g".into(),
+            params: vec!["x".into()],
+            nodes: vec![
+                node(Op::Param { index: 0 }, vec![], vec![s(), 8.into()]),
+                node(Op::Const { value: f64::NEG_INFINITY }, vec![], vec![]),
+                node(Op::Binary(BinaryOp::Max), vec![NodeId(0), NodeId(1)], vec![s(), 8.into()]),
+                node(
+                    Op::Slice { axis: 0, start: 0.into(), end: half.clone() },
+                    vec![NodeId(2)],
+                    vec![half.clone(), 8.into()],
+                ),
+                node(
+                    Op::Attention { scale: 0.125, causal: true, mask: false },
+                    vec![NodeId(3), NodeId(3), NodeId(3)],
+                    vec![half.add(&1.into()), 8.into()],
+                ),
+            ],
+            outputs: vec![NodeId(4)],
+            dyn_dims: vec!["S".into()],
+            static_dims: vec![("D".into(), 8)],
+        }
+    }
+
+    #[test]
+    fn module_metadata_round_trips() {
+        let meta = ModuleMeta {
+            abi: 2,
+            hash: "00ff".into(),
+            variant: "fused".into(),
+            graph: graph(),
+            kernels: vec![KernelMeta {
+                name: "k0_y".into(),
+                buffers: vec![NodeId(0), NodeId(4)],
+                n_inputs: 1,
+                work: Work::Horizontal { parts: vec![(1.into(), s(), 8.into(), 8.into())] },
+                ops: "max".into(),
+                packs: vec![PackMeta {
+                    func: "k0_y_pack0".into(),
+                    param: NodeId(0),
+                    batch: 1.into(),
+                    k: 8.into(),
+                    n: s(),
+                }],
+            }],
+            summary: vec!["[INFO] line".into()],
+            pipeline: true,
+        };
+        let back: ModuleMeta = parse(write(&meta).as_bytes()).unwrap();
+        // Compared as dumps: the graph holds -inf, and NaN-free equality is what matters.
+        assert_eq!(back.graph.dump(), meta.graph.dump());
+        assert_eq!(back.kernels, meta.kernels);
+        assert_eq!((back.abi, back.pipeline, &back.summary), (2, true, &meta.summary));
+        assert!(
+            matches!(back.graph.nodes[1].op, Op::Const { value } if value == f64::NEG_INFINITY)
+        );
+    }
+
+    #[test]
+    fn bad_metadata_is_an_error_naming_the_field() {
+        let mut v = graph().to_json();
+        v["nodes"][2]["op"]["fn"] = json!("frobnicate");
+        let e = Graph::from_json(&v).unwrap_err();
+        assert!(e.contains("nodes: [2]: op: fn: unknown BinaryOp `frobnicate`"), "{e}");
+        let e = parse::<AscendMeta>(b"{\"kernels\": 3}").unwrap_err();
+        assert!(e.contains("kernels: expected an array"), "{e}");
+        assert!(parse::<ModuleMeta>(b"not json").is_err());
+    }
+}

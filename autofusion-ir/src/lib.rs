@@ -1,0 +1,13 @@
+//! What the autofusion compiler and runtime share, and nothing else: the graph IR (`ir`), dim
+//! expressions (`dim`), the kernel ABI (`abi`) and the metadata a generated module embeds
+//! (`meta`) with its JSON form (`json`). It depends on serde_json only (no derive macros), so a
+//! binary that runs fused layers links no parser, planner or code generator.
+
+pub mod abi;
+pub mod dim;
+pub mod ir;
+pub mod json;
+pub mod meta;
+
+pub use ir::DType;
+pub use meta::{AscendKernel, AscendMeta, ModuleMeta, Variant};
