@@ -221,7 +221,7 @@ int main(void) {{
     std::fs::write(&src, code).map_err(|e| e.to_string())?;
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = Command::new(&cc)
-        .args(autofusion_compiler::codegen::c::CFLAGS)
+        .args(autofusion_compiler::codegen::host::CFLAGS)
         .arg(format!("-I{}", include.display()))
         .arg("-O3")
         .arg("-o")
@@ -565,7 +565,7 @@ fn seed(peak: f64, target: &Target, a: &Args, mem: &mut Vec<String>) {
             "  d {d}, {h} heads, S {s}: fused {g:.1} GFLOP/s = {:.1}% of peak; fused vs opt0 {:.2}x; relative error vs float64: fused {ef:.1e}, opt0 {e0:.1e}, onnxruntime {eo:.1e}{}",
             100.0 * g / peak,
             o0 / f,
-            if l.ort.is_some() { format!(" (onnxruntime {})", l.ort.as_ref().unwrap().version) } else { String::new() }
+            l.ort.as_ref().map(|o| format!(" (onnxruntime {})", o.version)).unwrap_or_default()
         );
         assert!(ef <= 1e-4 && e0 <= 1e-4, "seed layer d={d}: outputs differ from the float64 reference (fused {ef:e}, opt0 {e0:e})");
         println!("seed_layer d={d} s={s}: fused {f:.3} ms, opt0 {o0:.3} ms, onnxruntime {ort:.3} ms, ratio {:.2}", f / ort);
@@ -662,7 +662,7 @@ fn rss() -> (f64, f64) {
 
 fn main() {
     let a = args();
-    let want = |p: &str| a.only.as_deref().map_or(true, |o| o == p);
+    let want = |p: &str| a.only.as_deref().is_none_or(|o| o == p);
     let target = common::calibrated_host();
     println!(
         "kernels bench: {} threads, micro-kernel ISA from CPUID{}",

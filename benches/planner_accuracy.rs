@@ -12,9 +12,9 @@
 //! the runs (interference only adds time), and the accuracy with medians is printed too.
 
 use autofusion::Tensor;
-use autofusion_compiler::plan::{
-    plan, plan_from, Candidate, Decision, Group, GroupKind, Plan, Rule,
-};
+use autofusion_compiler::codegen::host::Host;
+use autofusion_compiler::group::GroupKind;
+use autofusion_compiler::plan::{plan, plan_from, Candidate, Decision, Group, Plan, Rule};
 use autofusion_compiler::target::Target;
 use autofusion_compiler::{find_graphs, ir::Op, Unit, Variant};
 use std::collections::{BTreeSet, HashMap};
@@ -49,7 +49,7 @@ fn kind_of(
     rule: Option<Rule>,
 ) -> (GroupKind, Option<autofusion_compiler::ir::NodeId>) {
     if rule == Some(Rule::FlashAttention) {
-        let f = autofusion_compiler::plan::flash_parts(g, nodes).expect("flash candidate");
+        let f = autofusion_compiler::group::flash_parts(g, nodes).expect("flash candidate");
         return (GroupKind::FlashAttention, Some(f.pv));
     }
     if let Some(m) = nodes.iter().find(|n| g.node(**n).op == Op::MatMul) {
@@ -117,8 +117,9 @@ impl Ctx<'_> {
         if !self.modules.contains_key(&key) {
             *self.n_sym += 1;
             let sym = format!("af_bench_{}_{}", g.name, self.n_sym);
-            let built = u.generate(Variant::Fused, pl.clone(), &sym);
-            let m = common::load_built(&built, &sym, self.dir, &["-O3"]).unwrap();
+            let host = Host::new(target.clone());
+            let built = u.build_plan(&host, Variant::Fused, pl.clone(), &sym).unwrap();
+            let m = common::load_built(&built, self.dir, &["-O3"]).unwrap();
             self.modules.insert(key.clone(), m);
         }
         (key, pl)

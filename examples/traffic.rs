@@ -7,8 +7,9 @@
 //! These are the cost model's byte counts at each kernel's chosen tiling (operand re-reads
 //! included), not measurements.
 
+use autofusion_compiler::group::match_flash;
 use autofusion_compiler::ir::Op;
-use autofusion_compiler::plan::{match_flash, plan, RuleSet};
+use autofusion_compiler::plan::{plan, RuleSet};
 use autofusion_compiler::target::Target;
 use autofusion_compiler::{find_graphs, Unit};
 use std::collections::BTreeSet;
@@ -93,7 +94,7 @@ fn main() {
     let seq: usize = arg("--seq", "2048").parse().expect("--seq is a number");
     let dtype = arg("--dtype", "f16");
     let tname = arg("--target", "ascend910b");
-    if d % heads != 0 || !["f32", "f16", "bf16"].contains(&dtype.as_str()) {
+    if !d.is_multiple_of(heads) || !["f32", "f16", "bf16"].contains(&dtype.as_str()) {
         eprintln!("error: --d must be a multiple of --heads and --dtype one of f32, f16, bf16");
         std::process::exit(2);
     }

@@ -6,7 +6,8 @@ mod common;
 
 use autofusion::Tensor;
 use autofusion_compiler::front::Options;
-use autofusion_compiler::plan::{GroupKind, Rule, RuleSet};
+use autofusion_compiler::group::GroupKind;
+use autofusion_compiler::plan::{Rule, RuleSet};
 use autofusion_compiler::{target::Target, Unit, Variant};
 use std::path::PathBuf;
 
@@ -165,7 +166,7 @@ fn packed_weights_follow_the_tensors_passed() {
         &m.run(&same).unwrap(),
         &m.reference(&same).unwrap(),
     );
-    let clones: Vec<Tensor> = a.iter().cloned().collect();
+    let clones: Vec<Tensor> = a.to_vec();
     let cl: Vec<&Tensor> = clones.iter().collect();
     common::assert_close("cloned weights", &m.run(&cl).unwrap(), &m.reference(&cl).unwrap());
     assert_eq!(m.packs_done() - before, p, "same tensors are not packed again");

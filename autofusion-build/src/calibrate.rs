@@ -65,7 +65,7 @@ fn calibrate(out_dir: &Path) -> Result<Target, String> {
         .map_err(|e| e.to_string())?;
     let out = compiler
         .to_command()
-        .args(autofusion_compiler::codegen::c::CFLAGS)
+        .args(autofusion_compiler::codegen::host::CFLAGS)
         .arg(format!("-I{}", include.display()))
         .arg("-o")
         .arg(&exe)

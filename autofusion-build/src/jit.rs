@@ -4,7 +4,8 @@
 //! `-Wall -Werror` (a warning in generated code is a generator bug).
 
 use crate::toolkit::Toolkit;
-use autofusion_compiler::codegen::c::CFLAGS;
+use autofusion_compiler::codegen::host::CFLAGS;
+use autofusion_compiler::codegen::{Source, Toolchain};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -29,6 +30,25 @@ fn run(cmd: &mut Command, what: &str, source: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Compile `source` with its backend's toolchain into a shared library in `dir`: the host C
+/// with `$CC` (`flags` after the defaults), Ascend C with the toolkit's bisheng (found as a
+/// build finds it; `flags` may hold `-g` for a debug build).
+pub fn library(
+    source: &Source,
+    toolchain: Toolchain,
+    dir: &Path,
+    symbol: &str,
+    flags: &[&str],
+) -> Result<PathBuf, String> {
+    match toolchain {
+        Toolchain::Cc { .. } => host_library(&source.code, dir, symbol, flags),
+        Toolchain::Bisheng => {
+            let tk = Toolkit::find()?;
+            ascend_library(&tk, &source.code, dir, symbol, flags.contains(&"-g"))
+        }
+    }
 }
 
 /// Compile host C `code` with `$CC` (default `cc`) into `dir/<symbol>.so`; `flags` come after
@@ -62,7 +82,7 @@ pub fn ascend_library(
     let so = dir.join(format!("lib{symbol}_ascend.so"));
     let mut cmd = Command::new(&tk.bisheng);
     cmd.args(["-Wall", "-Werror"]).arg(include);
-    cmd.args(tk.shared_lib_args(&[asc.clone()], &so, debug));
+    cmd.args(tk.shared_lib_args(std::slice::from_ref(&asc), &so, debug));
     run(&mut cmd, &tk.bisheng.display().to_string(), &asc)?;
     Ok(so)
 }

@@ -2,10 +2,8 @@
 //! plans and generates their kernels, compiles them with `cc`, and tells cargo to link them.
 //!
 //! ```no_run
-//! // build.rs
-//! fn main() {
-//!     autofusion_build::Builder::new().file("src/layers.rs").compile("layers");
-//! }
+//! // build.rs: fn main() { ... }
+//! autofusion_build::Builder::new().file("src/layers.rs").compile("layers");
 //! ```
 //!
 //! Output goes to `$OUT_DIR/autofusion/<graph>/`: `fused.c`, `unfused.c`, `plan.json`,
@@ -20,6 +18,9 @@
 
 #![deny(missing_docs)]
 
+use autofusion_compiler::codegen::ascend::Ascend;
+use autofusion_compiler::codegen::host::Host;
+use autofusion_compiler::codegen::{Backend, Toolchain};
 use autofusion_compiler::{env_var, report, target::Target, Unit, Variant};
 
 mod calibrate;
@@ -175,6 +176,38 @@ impl Builder {
 
     /// Build and return the structured result (for tools and tests).
     pub fn try_compile(&mut self, lib: &str) -> Result<Output, Error> {
+        let ctx = self.context()?;
+        let (units, mut errors) = self.collect_units();
+        let mut graphs = Vec::new();
+        let mut sources: Vec<(Toolchain, PathBuf, bool)> = Vec::new();
+        for (unit, at) in &units {
+            match emit_graph(&ctx, unit, at, &mut sources) {
+                Ok(g) => graphs.push(g),
+                Err(e) => errors += &e,
+            }
+        }
+        if !errors.is_empty() {
+            return Err(Error { rendered: errors.trim_end().to_string() });
+        }
+        let of = |tc: fn(&Toolchain) -> bool| -> Vec<(PathBuf, bool)> {
+            sources.iter().filter(|(t, _, _)| tc(t)).map(|(_, p, d)| (p.clone(), *d)).collect()
+        };
+        self.compile_host(lib, &ctx, &of(|t| matches!(t, Toolchain::Cc { .. })))?;
+        if let Some(tk) = &ctx.toolkit {
+            self.compile_ascend(
+                tk,
+                lib,
+                &ctx.out_dir,
+                &ctx.include,
+                &of(|t| *t == Toolchain::Bisheng),
+            )?;
+        }
+        Ok(Output { graphs })
+    }
+
+    /// Where output goes, the kernel headers written there, the profile to plan with and the
+    /// backends to generate for (the host always; Ascend when the package asks for it).
+    fn context(&self) -> Result<Context, Error> {
         println!("cargo:rerun-if-env-changed=AUTOFUSION_VERBOSE");
         let verbose = self
             .options
@@ -208,16 +241,21 @@ impl Builder {
             Some(a) => a,
             None => std::env::var_os("CARGO_FEATURE_ASCEND").is_some(),
         };
+        let mut backends: Vec<Box<dyn Backend>> = vec![Box::new(Host::new(target))];
         let toolkit = if ascend {
+            backends.push(Box::new(Ascend::default()));
             Some(toolkit::Toolkit::find().map_err(|e| Error { rendered: format!("error: {e}") })?)
         } else {
             None
         };
-        let mut graphs: Vec<GraphOutput> = Vec::new();
+        Ok(Context { verbose, out_dir, root, include, backends, toolkit })
+    }
+
+    /// Every `#[fused_graph]` of the listed files as a unit with where it was found, and the
+    /// rendered errors of those that could not be read, parsed or checked.
+    fn collect_units(&self) -> (Vec<(Unit, String)>, String) {
+        let mut units: Vec<(Unit, String)> = Vec::new();
         let mut errors = String::new();
-        let mut asc_files: Vec<(PathBuf, bool)> = Vec::new();
-        let mut c_files: Vec<(PathBuf, bool)> = Vec::new();
-        let mut seen: Vec<(String, String)> = Vec::new();
         for file in &self.files {
             println!("cargo:rerun-if-changed={}", file.display());
             let shown = file.display().to_string();
@@ -240,104 +278,45 @@ impl Builder {
                 println!("cargo:warning=autofusion: no #[fused_graph] function in {shown}");
             }
             for (f, attr) in found {
-                let unit = match Unit::parse(attr, f) {
-                    Ok(u) => u,
-                    Err(d) => {
-                        errors += &d.render(&shown, &src);
-                        continue;
-                    }
-                };
-                let name = unit.name().to_string();
-                if let Some((_, other)) = seen.iter().find(|(n, _)| *n == name) {
-                    let line = f.sig.ident.span().start().line;
-                    errors += &format!(
-                        "error: two fused graphs are named `{name}` ({other} and {shown}:{line})\n  = help: graph names key the build output; rename one\n\n"
-                    );
-                    continue;
-                }
-                seen.push((name.clone(), format!("{shown}:{}", f.sig.ident.span().start().line)));
-                let dir = root.join(&name);
-                std::fs::create_dir_all(&dir).map_err(|e| Error {
-                    rendered: format!("error: cannot create {}: {e}", dir.display()),
-                })?;
-                let io = |e: std::io::Error| Error {
-                    rendered: format!("error: cannot write into {}: {e}", dir.display()),
-                };
-                let fused = unit.variant(Variant::Fused, &target);
-                let unfused = unit.variant(Variant::Unfused, &target);
-                let debug = unit.lowered.options.debug;
-                let mut files = Vec::new();
-                for b in [&fused, &unfused] {
-                    let p = dir.join(format!("{}.c", b.variant.name()));
-                    write_if_changed(&p, &b.c.code).map_err(io)?;
-                    files.push(p.display().to_string());
-                    c_files.push((p, debug));
-                }
-                if toolkit.is_some() {
-                    let ascend_target = Target::ascend910b();
-                    for v in [Variant::Fused, Variant::Unfused] {
-                        match unit.variant_ascend(v, &ascend_target) {
-                            Ok((_, src)) => {
-                                let p = dir.join(format!("{}.asc", v.name()));
-                                write_if_changed(&p, &src.code).map_err(io)?;
-                                asc_files.push((p, debug));
-                            }
-                            Err(e) => {
-                                let line = f.sig.ident.span().start().line;
-                                errors += &format!("error: graph `{name}` ({shown}:{line}): no Ascend C for its {} variant: {e}\n  = help: build without the `ascend` feature, or restrict the graph's rules (`rules = [...]`) to groups the Ascend generator supports\n\n", v.name());
-                            }
+                let at = format!("{shown}:{}", f.sig.ident.span().start().line);
+                match Unit::parse(attr, f) {
+                    Ok(u) => {
+                        if let Some((_, other)) = units.iter().find(|(v, _)| v.name() == u.name()) {
+                            errors += &format!(
+                                "error: two fused graphs are named `{}` ({other} and {at})\n  = help: graph names key the build output; rename one\n\n",
+                                u.name()
+                            );
+                        } else {
+                            units.push((u, at));
                         }
                     }
+                    Err(d) => errors += &d.render(&shown, &src),
                 }
-                let summary = report::summary(&unit.graph, &fused.plan, &files[..1]);
-                write_if_changed(
-                    &dir.join("plan.json"),
-                    &report::plan_json(&unit.graph, &fused.plan),
-                )
-                .map_err(io)?;
-                write_if_changed(
-                    &dir.join("report.md"),
-                    &report::report_md(&unit.graph, &fused.plan, &summary),
-                )
-                .map_err(io)?;
-                write_if_changed(&dir.join("before.dot"), &report::dot(&unit.graph, None))
-                    .map_err(io)?;
-                write_if_changed(
-                    &dir.join("after.dot"),
-                    &report::dot(&unit.graph, Some(&fused.plan)),
-                )
-                .map_err(io)?;
-                for name in ["before", "after"] {
-                    render_svg(&dir.join(format!("{name}.dot")), &dir.join(format!("{name}.svg")));
-                }
-                if verbose {
-                    for l in &summary {
-                        println!("cargo:warning={l}");
-                    }
-                }
-                println!("cargo:rustc-env={}={}", env_var(&name), unit.hash);
-                if toolkit.is_some() {
-                    println!("cargo:rustc-env={}_ASCEND={}", env_var(&name), unit.hash);
-                }
-                graphs.push(GraphOutput { name, hash: unit.hash.clone(), dir, summary });
             }
         }
-        if !errors.is_empty() {
-            return Err(Error { rendered: errors.trim_end().to_string() });
-        }
+        (units, errors)
+    }
+
+    /// Compile the host sources into `lib` (and `lib_debug` for graphs with `debug = true`).
+    fn compile_host(
+        &self,
+        lib: &str,
+        ctx: &Context,
+        files: &[(PathBuf, bool)],
+    ) -> Result<(), Error> {
         for debug in [false, true] {
             let srcs: Vec<&PathBuf> =
-                c_files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
+                files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
             if srcs.is_empty() {
                 continue;
             }
             let mut b = cc::Build::new();
-            b.files(srcs).include(&include).warnings(false);
-            for f in autofusion_compiler::codegen::c::CFLAGS {
+            b.files(srcs).include(&ctx.include).warnings(false);
+            for f in autofusion_compiler::codegen::host::CFLAGS {
                 b.flag_if_supported(f);
             }
             if self.options.out_dir.is_some() {
-                b.out_dir(&out_dir); // outside a build script cc has no OUT_DIR of its own
+                b.out_dir(&ctx.out_dir); // outside a build script cc has no OUT_DIR of its own
             }
             if debug {
                 b.opt_level(0).debug(true);
@@ -352,10 +331,7 @@ impl Builder {
                 rendered: format!("error: compiling the generated kernels failed: {e}"),
             })?;
         }
-        if let Some(tk) = &toolkit {
-            self.compile_ascend(tk, lib, &out_dir, &include, &asc_files)?;
-        }
-        Ok(Output { graphs })
+        Ok(())
     }
 
     /// `cc` drives bisheng to compile every `.asc`, bisheng makes the static library (doc
@@ -410,4 +386,83 @@ impl Builder {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
         Ok(())
     }
+}
+
+/// What every graph of one build shares.
+struct Context {
+    verbose: bool,
+    out_dir: PathBuf,
+    /// `$OUT_DIR/autofusion`: one folder per graph.
+    root: PathBuf,
+    /// The kernel headers' include root.
+    include: PathBuf,
+    backends: Vec<Box<dyn Backend>>,
+    toolkit: Option<toolkit::Toolkit>,
+}
+
+/// Generate one graph for every backend (both variants) into its folder, with its reports,
+/// and tell the macro which hash was built; the sources to compile are added to `sources`.
+/// An error comes back rendered.
+fn emit_graph(
+    ctx: &Context,
+    unit: &Unit,
+    at: &str,
+    sources: &mut Vec<(Toolchain, PathBuf, bool)>,
+) -> Result<GraphOutput, String> {
+    let name = unit.name().to_string();
+    let dir = ctx.root.join(&name);
+    let io = |e: std::io::Error| format!("error: cannot write into {}: {e}\n\n", dir.display());
+    std::fs::create_dir_all(&dir).map_err(io)?;
+    let debug = unit.lowered.options.debug;
+    let mut host_plan = None;
+    let mut files = Vec::new();
+    for backend in &ctx.backends {
+        for v in [Variant::Fused, Variant::Unfused] {
+            let built = unit.build(backend.as_ref(), v).map_err(|e| {
+                format!(
+                    "error: graph `{name}` ({at}): no {} code for its {} variant: {e}\n  = help: build without that backend, or restrict the graph's rules (`rules = [...]`) to groups it supports\n\n",
+                    backend.name(),
+                    v.name()
+                )
+            })?;
+            let p = dir.join(format!("{}.{}", v.name(), built.source.extension));
+            write_if_changed(&p, &built.source.code).map_err(io)?;
+            files.push(p.display().to_string());
+            sources.push((backend.toolchain(), p, debug));
+            if backend.name() == "host" && v == Variant::Fused {
+                host_plan = Some(built.plan);
+            }
+        }
+    }
+    let plan = host_plan.expect("the host backend is always built");
+    let summary = report::summary(&unit.graph, &plan, &files[..1]);
+    write_reports(&dir, unit, &plan, &summary).map_err(io)?;
+    if ctx.verbose {
+        for l in &summary {
+            println!("cargo:warning={l}");
+        }
+    }
+    println!("cargo:rustc-env={}={}", env_var(&name), unit.hash);
+    if ctx.toolkit.is_some() {
+        println!("cargo:rustc-env={}_ASCEND={}", env_var(&name), unit.hash);
+    }
+    Ok(GraphOutput { name, hash: unit.hash.clone(), dir, summary })
+}
+
+/// `plan.json`, `report.md` and the graph before and after fusion as DOT (and SVG).
+fn write_reports(
+    dir: &Path,
+    unit: &Unit,
+    plan: &autofusion_compiler::plan::Plan,
+    summary: &[String],
+) -> std::io::Result<()> {
+    let g = &unit.graph;
+    write_if_changed(&dir.join("plan.json"), &report::plan_json(g, plan))?;
+    write_if_changed(&dir.join("report.md"), &report::report_md(g, plan, summary))?;
+    write_if_changed(&dir.join("before.dot"), &report::dot(g, None))?;
+    write_if_changed(&dir.join("after.dot"), &report::dot(g, Some(plan)))?;
+    for name in ["before", "after"] {
+        render_svg(&dir.join(format!("{name}.dot")), &dir.join(format!("{name}.svg")));
+    }
+    Ok(())
 }

@@ -8,9 +8,9 @@
 //! fits in `onchip_fraction` of that memory.
 
 use crate::dim::{numel, DimExpr};
-use crate::ir::{Graph, NodeId, Op, UnaryOp};
+use crate::group::{iter_shape, space_of, GroupKind};
+use crate::ir::{Graph, NodeId, Op};
 use crate::layout::resolve;
-use crate::plan::{iter_shape, space_of, GroupKind};
 use crate::target::Target;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -46,30 +46,23 @@ pub struct KernelCost {
     pub unconstrained_exec_us: f64,
 }
 
-/// FLOPs one element of an op costs on a vector unit; transcendentals are counted apart.
+/// FLOPs one element of an op costs on a vector unit (the op table's figure for elementwise
+/// functions); transcendentals are counted apart.
 fn op_weight(op: &Op) -> f64 {
     match op {
-        Op::Unary(UnaryOp::Sqrt | UnaryOp::Rsqrt) => 4.0,
-        Op::Binary(crate::ir::BinaryOp::Div) => 2.0,
-        _ if transcendental(op) => 2.0,
+        Op::Unary(u) => u.spec().flops,
+        Op::Binary(b) => b.spec().flops,
         _ => 1.0,
     }
 }
 
-/// Ops evaluated by a library function (exp, log, tanh, erf, pow) per element.
+/// Ops evaluated by a polynomial or library function (exp, log, tanh, erf, pow) per element.
 fn transcendental(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(
-            UnaryOp::Exp
-                | UnaryOp::Log
-                | UnaryOp::Tanh
-                | UnaryOp::Sigmoid
-                | UnaryOp::Silu
-                | UnaryOp::Gelu
-                | UnaryOp::GeluTanh
-        ) | Op::Binary(crate::ir::BinaryOp::Pow)
-    )
+    match op {
+        Op::Unary(u) => u.spec().transcendental,
+        Op::Binary(b) => b.spec().transcendental,
+        _ => false,
+    }
 }
 
 struct Ctx<'a> {
@@ -273,7 +266,7 @@ pub fn kernel_cost(
                     .ok_or("members iterate over different shapes")?
             };
             let n = cx.n(space.last().unwrap()).max(1.0);
-            let rows = cx.n(&numel(&space[..space.len() - 1].to_vec())).max(1.0);
+            let rows = cx.n(&numel(&space[..space.len() - 1])).max(1.0);
             let in_bytes: f64 = ins.iter().map(|i| cx.bytes(*i)).sum();
             let bytes = in_bytes + out_bytes;
             // Streams per row (inputs and outputs at full width) and values kept across phases.
@@ -331,7 +324,7 @@ pub fn kernel_cost(
             let r = out.len();
             let (m, nn) = (cx.n(&out[r - 2]), cx.n(&out[r - 1]));
             let k = cx.n(g.node(an.inputs[0]).shape.last().unwrap());
-            let batch = cx.n(&numel(&out[..r - 2].to_vec())).max(1.0);
+            let batch = cx.n(&numel(&out[..r - 2])).max(1.0);
             let mm_flops = 2.0 * batch * m * nn * k;
             // Prologue = members upstream of the anchor: their inputs stream with A.
             let mut pro = BTreeSet::new();
@@ -475,7 +468,7 @@ pub fn kernel_cost(
         GroupKind::Horizontal => {
             // One launch running every part's tiles; each part keeps its own best tiling.
             let parts =
-                crate::plan::horizontal_parts(g, &members.iter().copied().collect::<Vec<_>>());
+                crate::group::horizontal_parts(g, &members.iter().copied().collect::<Vec<_>>());
             let mut total: Option<KernelCost> = None;
             for (anchor, part) in parts {
                 let c = kernel_cost(g, users, &part, GroupKind::MatMul, Some(anchor), target, est)?;
@@ -503,11 +496,11 @@ pub fn kernel_cost(
             total.ok_or_else(|| "a horizontal group without matmuls".to_string())
         }
         GroupKind::FlashAttention => {
-            let f = crate::plan::flash_parts(g, members).ok_or("not an attention pattern")?;
+            let f = crate::group::flash_parts(g, members).ok_or("not an attention pattern")?;
             let s = &g.node(f.scores).shape;
             let r = s.len();
             let (sq, sk) = (cx.n(&s[r - 2]), cx.n(&s[r - 1]));
-            let batch = cx.n(&numel(&s[..r - 2].to_vec())).max(1.0);
+            let batch = cx.n(&numel(&s[..r - 2])).max(1.0);
             let d = cx.n(g.node(g.node(f.qk).inputs[0]).shape.last().unwrap());
             let dv = cx.n(g.node(f.pv).shape.last().unwrap());
             let mm_flops = 2.0 * batch * sq * sk * (d + dv);

@@ -20,6 +20,7 @@ pub mod codegen;
 pub mod cost;
 pub mod diag;
 pub mod front;
+pub mod group;
 pub mod layout;
 pub mod plan;
 pub mod report;
@@ -29,7 +30,7 @@ pub mod testing;
 mod unit;
 
 pub use autofusion_ir::meta::{ModuleMeta, Variant};
-pub use autofusion_ir::{abi, dim, ir, meta};
+pub use autofusion_ir::{abi, dim, ir, json, meta};
 pub use builder::{BuildError, GraphBuilder};
 pub use unit::{symbol, Built, Lowered, Options, Signature, Unit};
 

@@ -1,10 +1,11 @@
 //! A graph and its options, whatever produced it (the DSL front end, the graph builder, an
 //! importer): checked, canonicalised and hashed, then planned and generated per variant.
 
+use crate::codegen::{host::Host, Backend};
 use crate::dim::Shape;
 use crate::ir::{self, DType, Graph};
 use crate::plan::RuleSet;
-use crate::{abi, canon, codegen, plan, report, target, ModuleMeta, Variant};
+use crate::{canon, codegen, plan, target, Variant};
 
 /// Planning options of a graph: those of `#[fused_graph(...)]`, or given with
 /// `Unit::from_graph`.
@@ -79,8 +80,7 @@ pub struct Unit {
 pub struct Built {
     pub variant: Variant,
     pub plan: plan::Plan,
-    pub c: codegen::c::CSource,
-    pub meta_json: String,
+    pub source: codegen::Source,
 }
 
 fn fnv1a(s: &str) -> u64 {
@@ -119,92 +119,40 @@ impl Unit {
         symbol(&self.graph.name, &self.hash, v)
     }
 
-    /// Plan and generate one variant.
-    pub fn variant(&self, v: Variant, target: &target::Target) -> Built {
-        let o = &self.lowered.options;
-        let level = match v {
-            Variant::Fused => o.opt_level,
-            Variant::Unfused => 0,
-        };
-        let plan = plan::plan(&self.graph, level, o.rules, &o.hints, target);
-        self.generate(v, plan, &self.symbol(v))
-    }
-
-    /// Generate code for a given plan (tools and benchmarks build plans of their own).
-    pub fn generate(&self, v: Variant, plan: plan::Plan, symbol: &str) -> Built {
-        let header = format!(
-            "graph `{}` ({} variant), plan {} at opt_level {}, target {}",
-            self.graph.name,
-            v.name(),
-            self.hash,
-            plan.opt_level,
-            plan.target.name
-        );
-        let mut summary = report::summary(&self.graph, &plan, &[]);
-        summary.pop();
-        let meta = |kernels: &[abi::KernelMeta]| {
-            autofusion_ir::json::write(&ModuleMeta {
-                abi: abi::ABI_VERSION,
-                hash: self.hash.clone(),
-                variant: v.name().into(),
-                graph: self.graph.clone(),
-                kernels: kernels.to_vec(),
-                summary: summary.clone(),
-                pipeline: plan.pipeline,
-            })
-        };
-        let c = codegen::c::generate(&self.graph, &plan, symbol, &header, &meta);
-        let meta_json = meta(&c.kernels);
-        Built { variant: v, plan, c, meta_json }
-    }
-}
-
-impl Unit {
-    /// Plan one variant for `target` (normally `ascend910b`) and generate its Ascend C.
-    /// The opt-in `qkv_horizontal` rule is not applied on Ascend: the generator has no
-    /// horizontal kernel (on the NPU the projections run as separate mix launches, or as bodies
-    /// of the one pipeline launch at opt_level 3).
-    pub fn variant_ascend(
-        &self,
-        v: Variant,
-        target: &target::Target,
-    ) -> Result<(plan::Plan, codegen::ascend::AscendSource), String> {
+    /// Plan one variant for `backend` (without the rules it cannot generate) and generate its
+    /// source: the one call every backend is built through.
+    pub fn build(&self, backend: &dyn Backend, v: Variant) -> Result<Built, String> {
         let o = &self.lowered.options;
         let level = match v {
             Variant::Fused => o.opt_level,
             Variant::Unfused => 0,
         };
         let mut rules = o.rules;
-        rules.remove(plan::Rule::QkvHorizontal);
-        let plan = plan::plan(&self.graph, level, rules, &o.hints, target);
-        let src = self.generate_ascend(v, &plan, &self.symbol(v))?;
-        Ok((plan, src))
+        for r in plan::Rule::ALL {
+            if backend.unsupported_rules().contains(r) {
+                rules.remove(r);
+            }
+        }
+        let plan = plan::plan(&self.graph, level, rules, &o.hints, backend.profile());
+        self.build_plan(backend, v, plan, &self.symbol(v))
     }
 
-    /// Generate Ascend C for a given plan.
-    pub fn generate_ascend(
+    /// Generate `backend`'s source for a plan of one's own (tools and benchmarks re-plan);
+    /// `symbol` names the exported entries and must be unique in a process.
+    pub fn build_plan(
         &self,
+        backend: &dyn Backend,
         v: Variant,
-        plan: &plan::Plan,
+        plan: plan::Plan,
         symbol: &str,
-    ) -> Result<codegen::ascend::AscendSource, String> {
-        if self.graph.dyn_dims.len() > abi::ASCEND_MAX_DIMS {
-            return Err(format!(
-                "graph `{}` has {} dynamic dims; the Ascend kernels take at most {}",
-                self.graph.name,
-                self.graph.dyn_dims.len(),
-                abi::ASCEND_MAX_DIMS
-            ));
-        }
-        let header = format!(
-            "graph `{}` ({} variant), plan {} at opt_level {}, target {}",
-            self.graph.name,
-            v.name(),
-            self.hash,
-            plan.opt_level,
-            plan.target.name
-        );
-        codegen::ascend::generate(&self.graph, plan, symbol, &header)
+    ) -> Result<Built, String> {
+        let source = backend.generate(self, v, &plan, symbol)?;
+        Ok(Built { variant: v, plan, source })
+    }
+
+    /// `build` for the host with `target` (host generation cannot fail).
+    pub fn variant(&self, v: Variant, target: &target::Target) -> Built {
+        self.build(&Host::new(target.clone()), v).expect("host code generation does not fail")
     }
 }
 

@@ -2,6 +2,8 @@
 //! `ascend-sim` is built, or a real toolkit is at ASCEND_HOME_PATH) compiles with bisheng
 //! under `-Wall -Werror`.
 
+use autofusion_compiler::codegen::ascend::Ascend;
+use autofusion_compiler::meta::AscendMeta;
 use autofusion_compiler::{find_graphs, target::Target, Unit, Variant};
 use std::path::PathBuf;
 use std::process::Command;
@@ -34,9 +36,12 @@ fn layer_graphs_generate_and_compile() {
     let mut n = 0;
     for u in &all {
         for v in [Variant::Unfused, Variant::Fused] {
-            let (plan, src) =
-                u.variant_ascend(v, &t).unwrap_or_else(|e| panic!("{}: {e}", u.name()));
-            assert_eq!(src.kernels.len(), plan.groups.len());
+            let built =
+                u.build(&Ascend::new(t.clone()), v).unwrap_or_else(|e| panic!("{}: {e}", u.name()));
+            let meta: AscendMeta =
+                autofusion_compiler::json::parse(built.source.meta_json.as_bytes()).unwrap();
+            assert_eq!(meta.kernels.len(), built.plan.groups.len());
+            let src = &built.source;
             let f = dir.join(format!("{}.asc", u.symbol(v)));
             std::fs::write(&f, &src.code).unwrap();
             if let Some(b) = bisheng() {

@@ -4,7 +4,7 @@
 //! `af_expf` against double-precision `exp`. Built once plainly and once with AddressSanitizer + UBSan, so an out-of-bounds store of a tail
 //! or an undefined shift fails the test.
 
-use autofusion_compiler::codegen::c::CFLAGS;
+use autofusion_compiler::codegen::host::CFLAGS;
 use autofusion_compiler::codegen::{write_headers, HOST_HEADER};
 use std::path::PathBuf;
 use std::process::Command;

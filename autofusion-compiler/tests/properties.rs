@@ -1,7 +1,8 @@
 //! Property tests on random graphs: plans are valid (every op computed, groups in a
 //! dependency order, on-chip use within budget) and deterministic (byte-identical plan.json).
 
-use autofusion_compiler::plan::{plan, GroupKind, Rule, RuleSet};
+use autofusion_compiler::group::GroupKind;
+use autofusion_compiler::plan::{plan, Rule, RuleSet};
 use autofusion_compiler::target::Target;
 use autofusion_compiler::testing::{random_graph, Rng};
 use autofusion_compiler::{find_graphs, ir::Op, report, Unit};

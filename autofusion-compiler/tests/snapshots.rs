@@ -170,7 +170,7 @@ fn seed_layer_plans_per_opt_level() {
 fn generated_c_snapshot() {
     let u = unit(FFN);
     let b = u.variant(Variant::Fused, &target());
-    expect_file!["snapshots/ffn_fused.c"].assert_eq(&b.c.code);
+    expect_file!["snapshots/ffn_fused.c"].assert_eq(&b.source.code);
 }
 
 #[test]
@@ -180,7 +180,7 @@ fn plans_and_code_are_deterministic() {
     for v in [Variant::Fused, Variant::Unfused] {
         let (x, y) = (a.variant(v, &target()), b.variant(v, &target()));
         assert_eq!(report::plan_json(&a.graph, &x.plan), report::plan_json(&b.graph, &y.plan));
-        assert_eq!(x.c.code, y.c.code);
+        assert_eq!(x.source.code, y.source.code);
     }
 }
 

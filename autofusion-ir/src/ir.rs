@@ -88,59 +88,11 @@ impl UnaryOp {
         UnaryOp::Silu,
     ];
     pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::GeluTanh => "gelu_tanh",
-            UnaryOp::Silu => "silu",
-        }
+        self.spec().name
     }
-    /// Scalar semantics in f64 (constant folding; the reference interpreter has its own f32 path).
+    /// Scalar semantics in f64 (constant folding; the reference interpreter uses the f32 row).
     pub fn eval(self, x: f64) -> f64 {
-        match self {
-            UnaryOp::Neg => -x,
-            UnaryOp::Exp => x.exp(),
-            UnaryOp::Log => x.ln(),
-            UnaryOp::Sqrt => x.sqrt(),
-            UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-            UnaryOp::Tanh => x.tanh(),
-            UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-            UnaryOp::Relu => x.max(0.0),
-            UnaryOp::Gelu => 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
-            UnaryOp::GeluTanh => {
-                let c = (2.0 / std::f64::consts::PI).sqrt();
-                0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
-            }
-            UnaryOp::Silu => x / (1.0 + (-x).exp()),
-        }
-    }
-}
-
-/// erf with |error| < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit), enough for folding.
-fn erf(x: f64) -> f64 {
-    let z = x.abs();
-    let t = 1.0 / (1.0 + 0.5 * z);
-    let r = t
-        * (-z * z - 1.26551223
-            + t * (1.00002368
-                + t * (0.37409196
-                    + t * (0.09678418
-                        + t * (-0.18628806
-                            + t * (0.27886807
-                                + t * (-1.13520398
-                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
-            .exp();
-    if x >= 0.0 {
-        1.0 - r
-    } else {
-        r - 1.0
+        (self.spec().f64)(x)
     }
 }
 
@@ -166,26 +118,10 @@ impl BinaryOp {
         BinaryOp::Min,
     ];
     pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Max => "max",
-            BinaryOp::Min => "min",
-        }
+        self.spec().name
     }
     pub fn eval(self, a: f64, b: f64) -> f64 {
-        match self {
-            BinaryOp::Add => a + b,
-            BinaryOp::Sub => a - b,
-            BinaryOp::Mul => a * b,
-            BinaryOp::Div => a / b,
-            BinaryOp::Pow => a.powf(b),
-            BinaryOp::Max => a.max(b),
-            BinaryOp::Min => a.min(b),
-        }
+        (self.spec().f64)(a, b)
     }
 }
 
@@ -755,13 +691,13 @@ pub fn infer(
                     format!("rope needs an even last axis, got {}", shape_str(x)),
                 ));
             }
-            for i in 1..3 {
-                if broadcast(x, ins[i].0).as_ref() != Some(x) {
+            for (i, (table, _)) in ins.iter().enumerate().skip(1) {
+                if broadcast(x, table).as_ref() != Some(x) {
                     return Err(err(
                         Some(i),
                         format!(
                             "rope table {} does not broadcast to {}",
-                            shape_str(ins[i].0),
+                            shape_str(table),
                             shape_str(x)
                         ),
                     ));

@@ -8,6 +8,7 @@ pub mod dim;
 pub mod ir;
 pub mod json;
 pub mod meta;
+pub mod ops;
 
 pub use ir::DType;
 pub use meta::{AscendKernel, AscendMeta, ModuleMeta, Variant};

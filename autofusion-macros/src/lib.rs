@@ -134,14 +134,16 @@ fn expand(unit: &Unit, f: &syn::ItemFn) -> proc_macro2::TokenStream {
             pub fn module() -> ::autofusion::Result<&'static ::autofusion::__private::Module> {
                 static CELL: ::autofusion::__private::OnceCell<::autofusion::__private::Module> = ::autofusion::__private::OnceCell::new();
                 // SAFETY: the symbol is the generated module descriptor of this graph.
-                ::autofusion::__private::load(&CELL, unsafe { #fused_sym() }, #fused_str)
+                // SAFETY: the descriptor function of this graph's fused build, named by its hash.
+                unsafe { ::autofusion::__private::load(&CELL, #fused_sym(), #fused_str) }
             }
 
             /// The opt_level 0 build: one kernel per op (the fair unfused baseline).
             pub fn unfused_module() -> ::autofusion::Result<&'static ::autofusion::__private::Module> {
                 static CELL: ::autofusion::__private::OnceCell<::autofusion::__private::Module> = ::autofusion::__private::OnceCell::new();
                 // SAFETY: as above.
-                ::autofusion::__private::load(&CELL, unsafe { #unfused_sym() }, #unfused_str)
+                // SAFETY: the descriptor function of this graph's unfused build, named by its hash.
+                unsafe { ::autofusion::__private::load(&CELL, #unfused_sym(), #unfused_str) }
             }
 
             /// Run the graph with one kernel per op (opt_level 0).

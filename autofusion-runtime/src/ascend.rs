@@ -16,7 +16,7 @@ use crate::tensor::Tensor;
 use crate::tiling::{choose_ascend, AscendLaunch, AscendTiling, ASCEND_AIV, ASCEND_SYS_WORKSPACE};
 use autofusion_ir::abi::ASCEND_MAX_DIMS;
 use autofusion_ir::ir::{Graph, NodeId};
-use autofusion_ir::meta::{AscendKernel, AscendMeta};
+use autofusion_ir::meta::AscendMeta;
 use once_cell::sync::OnceCell;
 use std::cell::Cell;
 use std::collections::HashMap;

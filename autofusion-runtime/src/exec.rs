@@ -211,10 +211,10 @@ impl Module {
         let mut live: Vec<(NodeId, usize, usize, usize)> = Vec::new();
         for (ki, k) in self.meta.kernels.iter().enumerate() {
             for &o in &k.buffers[k.n_inputs..] {
-                if !locs.contains_key(&o) {
+                if let std::collections::hash_map::Entry::Vacant(e) = locs.entry(o) {
                     let bytes = shape(o)?.iter().product::<usize>() * g.node(o).dtype.size();
                     live.push((o, ki, ki, bytes.div_ceil(64) * 64));
-                    locs.insert(o, Loc::Arena(usize::MAX));
+                    e.insert(Loc::Arena(usize::MAX));
                 }
             }
         }
@@ -475,6 +475,9 @@ impl Module {
         // `packed_floats` for these extents; blocks write disjoint column groups; scratch is
         // unused by pack functions.
         pool().run(t.block_num as usize, &|blk| unsafe {
+            // Rebinding captures the Send wrapper whole (a 2021 closure would capture only
+            // its raw-pointer field, which is not Sync).
+            #[allow(clippy::redundant_locals)]
             let bp = bp;
             f(bp.0, dims_ptr as *const i64, &t, blk as i64, std::ptr::null_mut())
         });

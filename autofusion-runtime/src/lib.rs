@@ -72,12 +72,15 @@ pub mod __private {
     }
 
     /// Load a module once (the expansion keeps one cell per graph variant).
-    pub fn load(
+    ///
+    /// # Safety
+    /// `ptr` must be what the generated module function named `symbol` returned.
+    pub unsafe fn load(
         cell: &'static OnceCell<Module>,
         ptr: *const AfModule,
         symbol: &str,
     ) -> crate::Result<&'static Module> {
-        // SAFETY: `ptr` comes from the generated `af_*` function named `symbol`.
+        // SAFETY: by the caller's contract `ptr` is the module descriptor named `symbol`.
         cell.get_or_try_init(|| unsafe { Module::from_raw(ptr, symbol) })
     }
 

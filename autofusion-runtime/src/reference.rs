@@ -30,31 +30,11 @@ fn round(d: DType, v: &mut [f32]) {
 }
 
 fn unary(u: UnaryOp, x: f32) -> f32 {
-    match u {
-        UnaryOp::Neg => -x,
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        UnaryOp::Relu => x.max(0.0),
-        UnaryOp::Gelu => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
-        UnaryOp::GeluTanh => 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh()),
-        UnaryOp::Silu => x / (1.0 + (-x).exp()),
-    }
+    (u.spec().f32)(x)
 }
 
 fn binary(b: BinaryOp, x: f32, y: f32) -> f32 {
-    match b {
-        BinaryOp::Add => x + y,
-        BinaryOp::Sub => x - y,
-        BinaryOp::Mul => x * y,
-        BinaryOp::Div => x / y,
-        BinaryOp::Pow => x.powf(y),
-        BinaryOp::Max => x.max(y),
-        BinaryOp::Min => x.min(y),
-    }
+    (b.spec().f32)(x, y)
 }
 
 /// Index into `a` for the output multi-index `idx` under right-aligned broadcasting.

@@ -64,6 +64,6 @@ fn build_output_is_in_out_dir() {
         assert!(dir.join(f).exists(), "{f} missing in {}", dir.display());
     }
     let plan = std::fs::read_to_string(dir.join("plan.json")).unwrap();
-    assert!(plan.contains(&format!("\"graph\": \"gpt2_block\"")));
+    assert!(plan.contains(&"\"graph\": \"gpt2_block\"".to_string()));
     assert_eq!(env!("AUTOFUSION_GRAPH_GPT2_BLOCK"), gpt2_block::HASH);
 }

@@ -124,39 +124,39 @@ pub fn load(
     dir: &std::path::Path,
     flags: &[&str],
 ) -> autofusion::Result<Module> {
-    load_built(&unit.variant(variant, target), &unit.symbol(variant), dir, flags)
+    load_built(&unit.variant(variant, target), dir, flags)
 }
 
-/// Compile and load code generated for a plan of one's own (`Unit::generate`); `symbol` is
-/// the one given to `generate`, unique in the process.
+/// Compile and load host code generated for a plan of one's own (`Unit::build_plan`); its
+/// symbol must be unique in the process.
 pub fn load_built(
     built: &autofusion_compiler::Built,
-    symbol: &str,
     dir: &std::path::Path,
     flags: &[&str],
 ) -> autofusion::Result<Module> {
-    let so = autofusion_build::jit::host_library(&built.c.code, dir, symbol, flags)
-        .map_err(|msg| autofusion::Error::Module { symbol: symbol.into(), msg })?;
-    // SAFETY: the library was just generated and compiled from `built` for `symbol`.
-    unsafe { autofusion_runtime::library::open_host(&so, symbol) }
+    let entry = &built.source.entries[0];
+    let so = autofusion_build::jit::host_library(&built.source.code, dir, entry, flags)
+        .map_err(|msg| autofusion::Error::Module { symbol: entry.clone(), msg })?;
+    // SAFETY: the library was just generated and compiled from `built`, `entry` its descriptor.
+    unsafe { autofusion_runtime::library::open_host(&so, entry) }
 }
 
-/// Compile Ascend C generated for `graph` with the toolkit found as a build finds it, and load
-/// it.
+/// Compile Ascend C generated for `graph` (`Unit::build` with the Ascend backend) with the
+/// toolkit found as a build finds it, into `dir/lib<name>_ascend.so`, and load it.
 #[cfg(feature = "ascend")]
 pub fn load_ascend_built(
     graph: Graph,
-    src: &autofusion_compiler::codegen::ascend::AscendSource,
-    symbol: &str,
+    built: &autofusion_compiler::Built,
+    name: &str,
     dir: &std::path::Path,
-    debug: bool,
 ) -> autofusion::Result<autofusion_runtime::ascend::AscendModule> {
-    let err = |msg: String| autofusion::Error::Module { symbol: symbol.into(), msg };
-    let tk = autofusion_build::toolkit::Toolkit::find().map_err(err)?;
-    let so =
-        autofusion_build::jit::ascend_library(&tk, &src.code, dir, symbol, debug).map_err(err)?;
-    // SAFETY: the library was just generated and compiled from `src` for `graph`.
-    unsafe { autofusion_runtime::library::open_ascend(&so, graph, &src.launch, &src.entry, symbol) }
+    use autofusion_compiler::codegen::Toolchain;
+    let err = |msg: String| autofusion::Error::Module { symbol: name.into(), msg };
+    let so = autofusion_build::jit::library(&built.source, Toolchain::Bisheng, dir, name, &[])
+        .map_err(err)?;
+    let (launch, entry) = (&built.source.entries[0], &built.source.entries[1]);
+    // SAFETY: the library was just generated and compiled from `built` for `graph`.
+    unsafe { autofusion_runtime::library::open_ascend(&so, graph, launch, entry, name) }
 }
 
 /// `load_ascend_built` of one variant of `unit` planned for `target` (normally `ascend910b`).
@@ -167,9 +167,10 @@ pub fn load_ascend(
     target: &autofusion_compiler::target::Target,
     dir: &std::path::Path,
 ) -> autofusion::Result<autofusion_runtime::ascend::AscendModule> {
+    use autofusion_compiler::codegen::ascend::Ascend;
     let symbol = unit.symbol(variant);
-    let (_, src) = unit
-        .variant_ascend(variant, target)
+    let built = unit
+        .build(&Ascend::new(target.clone()), variant)
         .map_err(|msg| autofusion::Error::Module { symbol: symbol.clone(), msg })?;
-    load_ascend_built(unit.graph.clone(), &src, &symbol, dir, false)
+    load_ascend_built(unit.graph.clone(), &built, &symbol, dir)
 }

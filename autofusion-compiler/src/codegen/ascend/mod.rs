@@ -39,16 +39,82 @@
 //!   between dependent kernels, AIV-only when neither side uses the cube (doc §10: sync only
 //!   the core types that need it).
 
-use super::c::{c_float, c_string, ident, Emitter, Space};
+use super::emit::{c_float, c_string, ident, Emitter, Space};
+use super::{file_header, Backend, Source, Toolchain};
 use crate::abi::{Work, ASCEND_CUBE_FIELDS, ASCEND_MAX_DIMS, ASCEND_TILING_FIELDS};
 use crate::dim::{numel, DimExpr, Shape};
+use crate::group::{iter_shape, space_of, GroupKind};
 use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use crate::layout::resolve;
-use crate::plan::{describe, iter_shape, space_of, Group, GroupKind, Plan};
+use crate::plan::{describe, Group, Plan, Rule, RuleSet};
+use crate::target::Target;
+use crate::{Unit, Variant};
 pub use autofusion_ir::meta::AscendKernel;
 use autofusion_ir::meta::AscendMeta;
+use autofusion_ir::ops::fill;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
+
+/// The Ascend backend (Atlas A2 / 910B): Ascend C compiled by the CANN toolkit's bisheng,
+/// launched through AscendCL.
+pub struct Ascend {
+    target: Target,
+}
+
+impl Ascend {
+    /// Plans with `target` (normally `Target::ascend910b()`).
+    pub fn new(target: Target) -> Ascend {
+        Ascend { target }
+    }
+}
+
+impl Default for Ascend {
+    fn default() -> Ascend {
+        Ascend::new(Target::ascend910b())
+    }
+}
+
+impl Backend for Ascend {
+    fn name(&self) -> &'static str {
+        "ascend"
+    }
+    fn profile(&self) -> &Target {
+        &self.target
+    }
+    /// No horizontal Ascend kernel: on the NPU the projections run as separate mix launches,
+    /// or as bodies of the one pipeline launch at opt_level 3.
+    fn unsupported_rules(&self) -> RuleSet {
+        let mut r = RuleSet::none();
+        r.insert(Rule::QkvHorizontal);
+        r
+    }
+    fn generate(
+        &self,
+        unit: &Unit,
+        v: Variant,
+        plan: &Plan,
+        symbol: &str,
+    ) -> Result<Source, String> {
+        let g = &unit.graph;
+        if g.dyn_dims.len() > ASCEND_MAX_DIMS {
+            return Err(format!(
+                "graph `{}` has {} dynamic dims; the Ascend kernels take at most {ASCEND_MAX_DIMS}",
+                g.name,
+                g.dyn_dims.len(),
+            ));
+        }
+        let src = generate(g, plan, symbol, &file_header(unit, v, plan))?;
+        Ok(Source {
+            code: src.code,
+            extension: "asc",
+            entries: vec![src.launch, src.entry],
+            meta_json: src.meta_json,
+        })
+    }
+    fn toolchain(&self) -> Toolchain {
+        Toolchain::Bisheng
+    }
+}
 
 /// Generated Ascend C for one graph variant.
 pub struct AscendSource {
@@ -62,6 +128,8 @@ pub struct AscendSource {
     pub launch: String,
     /// `extern "C" const char *<entry>(void)`: the module JSON.
     pub entry: String,
+    /// That JSON (`AscendMeta`).
+    pub meta_json: String,
 }
 
 /// A value inside a rows job for one chunk: a UB float tensor (slot) or a scalar expression.
@@ -219,106 +287,17 @@ struct Job<'a> {
 }
 
 fn unary_seq(out: &mut String, ind: &str, u: UnaryOp, dst: &str, x: &str, n: &str) {
-    let w = |out: &mut String, l: String| {
-        let _ = writeln!(out, "{ind}{l}");
-    };
-    match u {
-        UnaryOp::Neg => w(out, format!("AscendC::Muls({dst}, {x}, -1.0f, {n});")),
-        UnaryOp::Exp => w(out, format!("AscendC::Exp({dst}, {x}, {n});")),
-        UnaryOp::Log => w(out, format!("AscendC::Ln({dst}, {x}, {n});")),
-        UnaryOp::Sqrt => w(out, format!("AscendC::Sqrt({dst}, {x}, {n});")),
-        // Rsqrt misses 1e-4 on float (doc §2.2): Sqrt, then 1 / x with Div.
-        UnaryOp::Rsqrt => {
-            w(out, format!("AscendC::Sqrt({dst}, {x}, {n});"));
-            w(out, format!("AscendC::Duplicate(tc, 1.0f, {n});"));
-            w(out, format!("AscendC::Div({dst}, tc, {dst}, {n});"));
-        }
-        UnaryOp::Relu => w(out, format!("AscendC::Relu({dst}, {x}, {n});")),
-        // tanh x = 2 / (1 + e^(-2x)) - 1: saturates to +-1 without inf - inf.
-        UnaryOp::Tanh => {
-            w(out, format!("AscendC::Muls({dst}, {x}, -2.0f, {n});"));
-            w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
-            w(out, format!("AscendC::Adds({dst}, {dst}, 1.0f, {n});"));
-            w(out, format!("AscendC::Duplicate(tc, 2.0f, {n});"));
-            w(out, format!("AscendC::Div({dst}, tc, {dst}, {n});"));
-            w(out, format!("AscendC::Adds({dst}, {dst}, -1.0f, {n});"));
-        }
-        UnaryOp::Sigmoid | UnaryOp::Silu => {
-            w(out, format!("AscendC::Muls({dst}, {x}, -1.0f, {n});"));
-            w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
-            w(out, format!("AscendC::Adds({dst}, {dst}, 1.0f, {n});"));
-            w(out, format!("AscendC::Duplicate(tc, 1.0f, {n});"));
-            w(out, format!("AscendC::Div({dst}, tc, {dst}, {n});"));
-            if u == UnaryOp::Silu {
-                w(out, format!("AscendC::Mul({dst}, {dst}, {x}, {n});"));
-            }
-        }
-        // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x + 0.5 |x| erf(|x| / sqrt 2), erf by
-        // Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7) on Exp.
-        UnaryOp::Gelu => {
-            w(out, format!("AscendC::Abs(ta, {x}, {n});"));
-            w(out, format!("AscendC::Muls(tb, ta, 0.231641900f, {n}); /* p / sqrt 2 */"));
-            w(out, format!("AscendC::Adds(tb, tb, 1.0f, {n});"));
-            w(out, format!("AscendC::Duplicate(tc, 1.0f, {n});"));
-            w(out, format!("AscendC::Div(tb, tc, tb, {n}); /* t */"));
-            w(out, format!("AscendC::Muls(tc, tb, 1.061405429f, {n});"));
-            for a in ["-1.453152027f", "1.421413741f", "-0.284496736f", "0.254829592f"] {
-                w(out, format!("AscendC::Adds(tc, tc, {a}, {n});"));
-                w(out, format!("AscendC::Mul(tc, tc, tb, {n});"));
-            }
-            w(out, format!("AscendC::Mul(tb, ta, ta, {n});"));
-            w(out, format!("AscendC::Muls(tb, tb, -0.5f, {n});"));
-            w(out, format!("AscendC::Exp(tb, tb, {n});"));
-            w(out, format!("AscendC::Mul(tc, tc, tb, {n});"));
-            w(out, format!("AscendC::Muls(tc, tc, -1.0f, {n});"));
-            w(out, format!("AscendC::Adds(tc, tc, 1.0f, {n}); /* erf(|x| / sqrt 2) */"));
-            w(out, format!("AscendC::Mul(tc, tc, ta, {n});"));
-            w(out, format!("AscendC::Add({dst}, tc, {x}, {n});"));
-            w(out, format!("AscendC::Muls({dst}, {dst}, 0.5f, {n});"));
-        }
-        // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
-        UnaryOp::GeluTanh => {
-            w(out, format!("AscendC::Mul(ta, {x}, {x}, {n});"));
-            w(out, format!("AscendC::Mul(ta, ta, {x}, {n});"));
-            w(out, format!("AscendC::Muls(ta, ta, 0.044715f, {n});"));
-            w(out, format!("AscendC::Add(ta, ta, {x}, {n});"));
-            w(out, format!("AscendC::Muls(ta, ta, -1.595769122f, {n}); /* -2 sqrt(2 / pi) */"));
-            w(out, format!("AscendC::Exp(ta, ta, {n});"));
-            w(out, format!("AscendC::Adds(ta, ta, 1.0f, {n});"));
-            w(out, format!("AscendC::Duplicate(tc, 2.0f, {n});"));
-            w(out, format!("AscendC::Div(ta, tc, ta, {n}); /* 1 + tanh */"));
-            w(out, format!("AscendC::Mul({dst}, ta, {x}, {n});"));
-            w(out, format!("AscendC::Muls({dst}, {dst}, 0.5f, {n});"));
-        }
+    for line in u.spec().ascend_vector {
+        let _ = writeln!(out, "{ind}{}", fill(line, &[("dst", dst), ("x", x), ("n", n)]));
     }
 }
 
 fn unary_scalar(u: UnaryOp, x: &str) -> String {
-    match u {
-        UnaryOp::Neg => format!("(-{x})"),
-        UnaryOp::Exp => format!("af_s_exp(sc, {x})"),
-        UnaryOp::Log => format!("af_s_ln(sc, {x})"),
-        UnaryOp::Sqrt => format!("af_s_sqrt(sc, {x})"),
-        UnaryOp::Rsqrt => format!("(1.0f / af_s_sqrt(sc, {x}))"),
-        UnaryOp::Tanh => format!("af_s_tanh(sc, {x})"),
-        UnaryOp::Sigmoid => format!("af_s_sigmoid(sc, {x})"),
-        UnaryOp::Relu => format!("({x} > 0.0f ? {x} : 0.0f)"),
-        UnaryOp::Gelu => format!("(0.5f * {x} * (1.0f + af_s_erf(sc, {x} * 0.70710678f)))"),
-        UnaryOp::GeluTanh => format!("(0.5f * {x} * (1.0f + af_s_tanh(sc, 0.7978845608f * ({x} + 0.044715f * {x} * {x} * {x}))))"),
-        UnaryOp::Silu => format!("({x} * af_s_sigmoid(sc, {x}))"),
-    }
+    fill(u.spec().ascend_scalar, &[("x", x)])
 }
 
 fn binary_scalar(b: BinaryOp, x: &str, y: &str) -> String {
-    match b {
-        BinaryOp::Add => format!("({x} + {y})"),
-        BinaryOp::Sub => format!("({x} - {y})"),
-        BinaryOp::Mul => format!("({x} * {y})"),
-        BinaryOp::Div => format!("({x} / {y})"),
-        BinaryOp::Pow => format!("af_s_exp(sc, {y} * af_s_ln(sc, {x}))"),
-        BinaryOp::Max => format!("({x} > {y} ? {x} : {y})"),
-        BinaryOp::Min => format!("({x} < {y} ? {x} : {y})"),
-    }
+    fill(b.spec().ascend_scalar, &[("x", x), ("y", y)])
 }
 
 /// A binary op into `dst` with tensor and/or scalar operands (count form).
@@ -326,15 +305,7 @@ fn binary_seq(out: &mut String, ind: &str, b: BinaryOp, dst: &str, x: &V, y: &V,
     let w = |out: &mut String, l: String| {
         let _ = writeln!(out, "{ind}{l}");
     };
-    let api = |b: BinaryOp| match b {
-        BinaryOp::Add => "Add",
-        BinaryOp::Sub => "Sub",
-        BinaryOp::Mul => "Mul",
-        BinaryOp::Div => "Div",
-        BinaryOp::Max => "Max",
-        BinaryOp::Min => "Min",
-        BinaryOp::Pow => unreachable!(),
-    };
+    let api = |b: BinaryOp| b.spec().ascend_vv.expect("a vector API (pow is handled apart)");
     match (b, x, y) {
         // a^b = exp(b ln a) (a > 0, as the vector unit has no pow); squares exactly.
         (BinaryOp::Pow, V::T(a), V::S(e)) if e == "2.0f" => {
@@ -356,18 +327,6 @@ fn binary_seq(out: &mut String, ind: &str, b: BinaryOp, dst: &str, x: &V, y: &V,
             w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
         }
         (_, V::T(a), V::T(c)) => w(out, format!("AscendC::{}({dst}, {a}, {c}, {n});", api(b))),
-        (BinaryOp::Add, V::T(a), V::S(s)) | (BinaryOp::Add, V::S(s), V::T(a)) => {
-            w(out, format!("AscendC::Adds({dst}, {a}, (float)({s}), {n});"))
-        }
-        (BinaryOp::Mul, V::T(a), V::S(s)) | (BinaryOp::Mul, V::S(s), V::T(a)) => {
-            w(out, format!("AscendC::Muls({dst}, {a}, (float)({s}), {n});"))
-        }
-        (BinaryOp::Max, V::T(a), V::S(s)) | (BinaryOp::Max, V::S(s), V::T(a)) => {
-            w(out, format!("AscendC::Maxs({dst}, {a}, (float)({s}), {n});"))
-        }
-        (BinaryOp::Min, V::T(a), V::S(s)) | (BinaryOp::Min, V::S(s), V::T(a)) => {
-            w(out, format!("AscendC::Mins({dst}, {a}, (float)({s}), {n});"))
-        }
         (BinaryOp::Sub, V::T(a), V::S(s)) => {
             w(out, format!("AscendC::Adds({dst}, {a}, -(float)({s}), {n});"))
         }
@@ -382,6 +341,11 @@ fn binary_seq(out: &mut String, ind: &str, b: BinaryOp, dst: &str, x: &V, y: &V,
         (BinaryOp::Div, V::S(s), V::T(a)) => {
             w(out, format!("AscendC::Duplicate(tc, (float)({s}), {n});"));
             w(out, format!("AscendC::Div({dst}, tc, {a}, {n});"));
+        }
+        // The rest are commutative with a tensor-scalar API (Adds, Muls, Maxs, Mins).
+        (_, V::T(a), V::S(s)) | (_, V::S(s), V::T(a)) => {
+            let api = b.spec().ascend_vs.expect("sub, div and pow are matched above");
+            w(out, format!("AscendC::{api}({dst}, {a}, (float)({s}), {n});"))
         }
         (_, V::S(a), V::S(c)) => {
             w(out, format!("AscendC::Duplicate({dst}, (float)({}), {n});", binary_scalar(b, a, c)))
@@ -843,7 +807,7 @@ fn gen_rows(k: &mut K, grp: &Group) -> Work {
     let _ = writeln!(
         b,
         "    const int64_t R = {}, N = {};",
-        k.em.dim(&numel(&space[..r - 1].to_vec())),
+        k.em.dim(&numel(&space[..r - 1])),
         k.em.dim(&space[r - 1])
     );
     let row = job.emit(&mut k.ub, "        ");
@@ -853,7 +817,7 @@ fn gen_rows(k: &mut K, grp: &Group) -> Work {
     b.push_str(&row_offsets(&k.em, &sp, "r", "        "));
     b.push_str(&row);
     let _ = writeln!(b, "    }}");
-    Work::Rows { rows: numel(&space[..r - 1].to_vec()), n: space[r - 1].clone(), row_buffers: 0 }
+    Work::Rows { rows: numel(&space[..r - 1]), n: space[r - 1].clone(), row_buffers: 0 }
 }
 
 /// Whether output `o` is a per-row value (its last extent is 1 while the space's is not).
@@ -889,7 +853,7 @@ fn gen_concat(k: &mut K, grp: &Group) -> Work {
     let _ = writeln!(
         k.body,
         "    const int64_t R = {}, N = {};",
-        k.em.dim(&numel(&shape[..rank - 1].to_vec())),
+        k.em.dim(&numel(&shape[..rank - 1])),
         k.em.dim(&shape[rank - 1])
     );
     let mut code = String::new();
@@ -940,11 +904,7 @@ fn gen_concat(k: &mut K, grp: &Group) -> Work {
     b.push_str(&row_offsets(&k.em, &sp, "r", "        "));
     b.push_str(&code);
     let _ = writeln!(b, "    }}");
-    Work::Rows {
-        rows: numel(&shape[..rank - 1].to_vec()),
-        n: shape[rank - 1].clone(),
-        row_buffers: 0,
-    }
+    Work::Rows { rows: numel(&shape[..rank - 1]), n: shape[rank - 1].clone(), row_buffers: 0 }
 }
 
 /// How the Matmul API addresses an operand of `space` (`[batch.., rows, cols]`): `Some((trans,
@@ -1188,7 +1148,7 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     let _ = writeln!(
         b,
         "        mm.SetOrgShape({});",
-        org_shape("M", "N", "K", ta, &lda, tb, &ldb, "NC")
+        org_shape("M", "N", "K", (ta, &lda), (tb, &ldb), "NC")
     );
     let _ = writeln!(b, "        mm.SetTensorA(ga, {ta});\n        mm.SetTensorB(gbm, {tb});");
     let _ = writeln!(b, "        mm.SetSingleShape((int)mlen, (int)nlen, (int)K);");
@@ -1270,10 +1230,8 @@ fn org_shape(
     m: &str,
     n: &str,
     kk: &str,
-    ta: bool,
-    lda: &str,
-    tb: bool,
-    ldb: &str,
+    (ta, lda): (bool, &str),
+    (tb, ldb): (bool, &str),
     ldc: &str,
 ) -> String {
     format!(
@@ -1295,7 +1253,7 @@ fn org_shape(
 fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     let g = k.em.g;
     let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
-    let f = crate::plan::flash_parts(g, &members).expect("planner formed a flash group");
+    let f = crate::group::flash_parts(g, &members).expect("planner formed a flash group");
     let (q, kt, v) = (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
     let ss = g.node(f.scores).shape.clone();
     let r = ss.len();
@@ -1474,7 +1432,7 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     let _ = writeln!(
         b,
         "            mqk.SetOrgShape({});",
-        org_shape("SQ", "SK", "D", tq, &ldq, tk, &ldk, "BC")
+        org_shape("SQ", "SK", "D", (tq, &ldq), (tk, &ldk), "BC")
     );
     let _ =
         writeln!(b, "            mqk.SetTensorA(gq, {tq});\n            mqk.SetTensorB(gk, {tk});");
@@ -1521,7 +1479,7 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     let _ = writeln!(
         b,
         "            mpv.SetOrgShape({});",
-        org_shape("BR", "DV", "BC", false, "BC", tv, &ldv, "DV")
+        org_shape("BR", "DV", "BC", (false, "BC"), (tv, &ldv), "DV")
     );
     let _ = writeln!(
         b,
@@ -1747,7 +1705,7 @@ pub fn generate(
     let entry = format!("{symbol}_ascend_json");
     let _ = writeln!(code, "static const char af_ascend_json[] = {};", c_string(&json));
     let _ = writeln!(code, "extern \"C\" const char *{entry}(void) {{ return af_ascend_json; }}");
-    Ok(AscendSource { code, kernels, buffers: table, launch, entry })
+    Ok(AscendSource { code, kernels, buffers: table, launch, entry, meta_json: json })
 }
 
 /// Fill a TCubeTiling from our int32 field set (named fields, so the toolkit's own struct

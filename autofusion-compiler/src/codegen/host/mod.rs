@@ -7,11 +7,17 @@
 //! use one cache-blocked template on per-ISA micro-kernels (`af_isa` in the prelude) with the prologue applied
 //! while packing A and the epilogue applied while storing C.
 
+use super::emit::{c_float, c_string, ident, Emitter, Space};
+use super::{file_header, Backend, Source, Toolchain};
 use crate::abi::{self, KernelMeta, PackMeta, Work};
 use crate::dim::{numel, DimExpr, Shape};
+use crate::group::{iter_shape, space_of, GroupKind};
 use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
-use crate::layout::{resolve, space_strides};
-use crate::plan::{describe, iter_shape, space_of, Group, GroupKind, Plan};
+use crate::layout::resolve;
+use crate::plan::{describe, Group, Plan};
+use crate::target::Target;
+use crate::{report, ModuleMeta, Unit, Variant};
+use autofusion_ir::ops::fill;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -19,6 +25,54 @@ use std::fmt::Write;
 /// from libm; and no trapping math, so that the branch-free selects of `af_expf`, `af_fmax`
 /// and the clamps if-convert and vectorise (the kernels never read the FP exception flags).
 pub const CFLAGS: &[&str] = &["-std=c11", "-fno-math-errno", "-fno-trapping-math"];
+
+/// The host CPU backend: C compiled by the system compiler, kernels on the runtime's pool.
+pub struct Host {
+    target: Target,
+}
+
+impl Host {
+    /// Plans with `target` (normally the calibrated host profile).
+    pub fn new(target: Target) -> Host {
+        Host { target }
+    }
+}
+
+impl Backend for Host {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+    fn profile(&self) -> &Target {
+        &self.target
+    }
+    fn generate(
+        &self,
+        unit: &Unit,
+        v: Variant,
+        plan: &Plan,
+        symbol: &str,
+    ) -> Result<Source, String> {
+        let mut summary = report::summary(&unit.graph, plan, &[]);
+        summary.pop();
+        let meta = |kernels: &[KernelMeta]| {
+            autofusion_ir::json::write(&ModuleMeta {
+                abi: abi::ABI_VERSION,
+                hash: unit.hash.clone(),
+                variant: v.name().into(),
+                graph: unit.graph.clone(),
+                kernels: kernels.to_vec(),
+                summary: summary.clone(),
+                pipeline: plan.pipeline,
+            })
+        };
+        let c = generate(&unit.graph, plan, symbol, &file_header(unit, v, plan), &meta);
+        let meta_json = meta(&c.kernels);
+        Ok(Source { code: c.code, extension: "c", entries: vec![c.entry], meta_json })
+    }
+    fn toolchain(&self) -> Toolchain {
+        Toolchain::Cc { flags: CFLAGS }
+    }
+}
 
 /// Generated C for one graph variant, with the metadata the runtime needs.
 pub struct CSource {
@@ -28,60 +82,12 @@ pub struct CSource {
     pub entry: String,
 }
 
-pub(crate) fn ident(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
-        .collect();
-    while out.contains("__") {
-        out = out.replace("__", "_");
-    }
-    out.trim_matches('_').chars().take(32).collect()
-}
-
-pub fn c_float(v: f64) -> String {
-    let f = v as f32;
-    if f.is_nan() {
-        "NAN".into()
-    } else if f.is_infinite() {
-        if f > 0.0 {
-            "INFINITY".into()
-        } else {
-            "(-INFINITY)".into()
-        }
-    } else {
-        let s = format!("{f:?}");
-        let s = if s.contains('.') || s.contains('e') { s } else { format!("{s}.0") };
-        format!("{s}f")
-    }
-}
-
 fn unary_c(u: UnaryOp, x: &str) -> String {
-    match u {
-        UnaryOp::Neg => format!("(-{x})"),
-        UnaryOp::Exp => format!("af_expf({x})"),
-        UnaryOp::Log => format!("logf({x})"),
-        UnaryOp::Sqrt => format!("sqrtf({x})"),
-        UnaryOp::Rsqrt => format!("(1.0f / sqrtf({x}))"),
-        UnaryOp::Tanh => format!("af_tanhf({x})"),
-        UnaryOp::Sigmoid => format!("af_sigmoid({x})"),
-        UnaryOp::Relu => format!("af_fmax({x}, 0.0f)"),
-        UnaryOp::Gelu => format!("af_gelu({x})"),
-        UnaryOp::GeluTanh => format!("af_gelu_tanh({x})"),
-        UnaryOp::Silu => format!("af_silu({x})"),
-    }
+    fill(u.spec().c, &[("x", x)])
 }
 
 fn binary_c(b: BinaryOp, x: &str, y: &str) -> String {
-    match b {
-        BinaryOp::Add => format!("({x} + {y})"),
-        BinaryOp::Sub => format!("({x} - {y})"),
-        BinaryOp::Mul => format!("({x} * {y})"),
-        BinaryOp::Div => format!("({x} / {y})"),
-        BinaryOp::Pow => format!("powf({x}, {y})"),
-        BinaryOp::Max => format!("af_fmax({x}, {y})"),
-        BinaryOp::Min => format!("af_fmin({x}, {y})"),
-    }
+    fill(b.spec().c, &[("x", x), ("y", y)])
 }
 
 fn load(d: DType, ptr: &str, idx: &str) -> String {
@@ -107,105 +113,7 @@ fn ctype(d: DType) -> &'static str {
     }
 }
 
-/// One iteration space inside a kernel: its row decomposition and the accesses made in it.
-pub(crate) struct Space {
-    /// Prefix of its C variables (`x` for the main space, `a`/`b` for matmul operands).
-    pub(crate) tag: &'static str,
-    pub(crate) shape: Shape,
-    /// Accesses by the value read (a view or a materialised node): (access index, buffer).
-    pub(crate) accesses: BTreeMap<NodeId, usize>,
-}
-
-pub(crate) struct Emitter<'g> {
-    pub(crate) g: &'g Graph,
-    /// Buffer index of every materialised value the kernel reads or writes.
-    pub(crate) buf: BTreeMap<NodeId, usize>,
-    pub(crate) decls: String,
-    pub(crate) n_access: usize,
-    /// The column stride of each access when it is a constant (0 broadcast, 1 contiguous):
-    /// emitted as a literal so the compiler sees unit-stride loops and vectorises them.
-    pub(crate) col_stride: BTreeMap<usize, i64>,
-    /// The kernel's C name.
-    pub(crate) kname: String,
-    /// Pack functions of B operands read from parameters (see `abi::PackMeta`), with their code.
-    pub(crate) packs: Vec<(PackMeta, String)>,
-}
-
-impl<'g> Emitter<'g> {
-    pub(crate) fn new(g: &'g Graph, buf: BTreeMap<NodeId, usize>, kname: &str) -> Emitter<'g> {
-        Emitter {
-            g,
-            buf,
-            decls: String::new(),
-            n_access: 0,
-            col_stride: BTreeMap::new(),
-            kname: kname.to_string(),
-            packs: Vec::new(),
-        }
-    }
-    pub(crate) fn dim(&self, d: &DimExpr) -> String {
-        d.to_c(&|s| self.g.dim_index(s))
-    }
-    pub(crate) fn var(&self, id: NodeId) -> String {
-        format!("v{}_{}", id.0, ident(&self.g.node(id).name))
-    }
-    /// Declare an access of value `v` in `space` (offset and strides evaluated once per call).
-    pub(crate) fn access(&mut self, sp: &mut Space, v: NodeId) -> usize {
-        if let Some(a) = sp.accesses.get(&v) {
-            return *a;
-        }
-        let view = resolve(self.g, v);
-        let rank = sp.shape.len();
-        let strides = space_strides(&view, &self.g.node(v).shape, rank);
-        let a = self.n_access;
-        self.n_access += 1;
-        let name = &self.g.node(view.base).name;
-        let _ = writeln!(self.decls, "    /* access {a}: {} ({name}) in space {} */", v, sp.tag);
-        let _ = writeln!(self.decls, "    const int64_t ac{a}_off = {};", self.dim(&view.offset));
-        for (d, s) in strides.iter().enumerate() {
-            let _ = writeln!(self.decls, "    const int64_t ac{a}_s{d} = {};", self.dim(s));
-        }
-        if let Some(k) = strides[rank - 1].as_const() {
-            self.col_stride.insert(a, k);
-            let _ = writeln!(
-                self.decls,
-                "    (void)ac{a}_s{}; /* the column stride is written as the literal {k} */",
-                rank - 1
-            );
-        }
-        sp.accesses.insert(v, a);
-        a
-    }
-    /// Code computing `<tag>_row_off<a>` for every access of the space from the row index `row`.
-    pub(crate) fn row_prologue(&self, sp: &Space, row: &str, indent: &str) -> String {
-        let rank = sp.shape.len();
-        let mut s = String::new();
-        let _ = writeln!(s, "{indent}int64_t {t}_rem = {row};", t = sp.tag);
-        for d in (0..rank - 1).rev() {
-            if d == 0 {
-                let _ = writeln!(s, "{indent}const int64_t {t}_i0 = {t}_rem;", t = sp.tag);
-            } else {
-                let ext = self.dim(&sp.shape[d]);
-                let _ = writeln!(
-                    s,
-                    "{indent}const int64_t {t}_i{d} = {t}_rem % {ext}; {t}_rem /= {ext};",
-                    t = sp.tag
-                );
-            }
-        }
-        let _ = writeln!(s, "{indent}(void){t}_rem;", t = sp.tag);
-        for d in 0..rank - 1 {
-            let _ = writeln!(s, "{indent}(void){t}_i{d};", t = sp.tag);
-        }
-        for a in sp.accesses.values() {
-            let mut terms = vec![format!("ac{a}_off")];
-            for d in 0..rank - 1 {
-                terms.push(format!("{t}_i{d} * ac{a}_s{d}", t = sp.tag));
-            }
-            let _ = writeln!(s, "{indent}const int64_t ac{a}_row = {};", terms.join(" + "));
-        }
-        s
-    }
+impl Emitter<'_> {
     /// `read` at row `r0 + inner` of the space, where the row prologue was emitted for row
     /// `r0` and `inner` only moves the second-to-last index (the row within one matrix).
     fn read_inner(&self, sp: &Space, v: NodeId, inner: &str, col: &str) -> String {
@@ -349,7 +257,7 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
             }
         }
     }
-    let r_expr = em.dim(&numel(&space[..space.len() - 1].to_vec()));
+    let r_expr = em.dim(&numel(&space[..space.len() - 1]));
     let n_expr = em.dim(space.last().unwrap());
     let _ = writeln!(body, "    const int64_t R = {r_expr}, N = {n_expr};");
     let _ = writeln!(body, "    const int64_t r0 = block * t->rows_per_block, r1 = af_min64(R, r0 + t->rows_per_block);");
@@ -496,7 +404,7 @@ fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     row_vals(n_loops, body);
     let _ = writeln!(body, "    }}");
     Work::Rows {
-        rows: numel(&space[..space.len() - 1].to_vec()),
+        rows: numel(&space[..space.len() - 1]),
         n: space.last().unwrap().clone(),
         row_buffers: rowbuf.len() as u32,
     }
@@ -516,7 +424,7 @@ fn gen_horizontal(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
     let _ = writeln!(body, "    int64_t hoff = 0;");
     let mut parts = Vec::new();
-    for (anchor, members) in crate::plan::horizontal_parts(em.g, &grp.nodes) {
+    for (anchor, members) in crate::group::horizontal_parts(em.g, &grp.nodes) {
         let _ = writeln!(body, "    {{ /* part: {} */", em.g.node(anchor).name);
         parts.push(gen_matmul_part(em, anchor, &members, &outputs, body));
         let _ = writeln!(body, "    hoff += units;\n    }}");
@@ -633,7 +541,7 @@ fn gen_matmul_part(
         );
         body.push_str(&em.row_prologue(&spa, "bi * M + m0 + m", "                "));
         let _ = writeln!(body, "                float *ap = Ap + (m / MR) * MR * klen + m % MR;");
-        let a_val = operand(em, &spa, &members, &|x| Some(em.var(x)), a_in, "c");
+        let a_val = operand(em, &spa, members, &|x| Some(em.var(x)), a_in, "c");
         if prologue.is_empty() {
             let _ = writeln!(body, "                for (int64_t k = 0; k < klen; ++k) {{");
             let _ = writeln!(body, "                    const int64_t c = k0 + k;");
@@ -648,7 +556,7 @@ fn gen_matmul_part(
                 let ops: Vec<String> = n
                     .inputs
                     .iter()
-                    .map(|i| operand(em, &spa, &members, &|x| Some(em.var(x)), *i, "c"))
+                    .map(|i| operand(em, &spa, members, &|x| Some(em.var(x)), *i, "c"))
                     .collect();
                 let _ = writeln!(
                     body,
@@ -674,7 +582,15 @@ fn gen_matmul_part(
         let _ = writeln!(body, "                const float *restrict bsl = Bpk + ((bi * nsl + (n0 + jr) / NR) * K + k0) * NR;");
     } else {
         let _ = writeln!(body, "                /* pack one sliver of B */");
-        body.push_str(&b_sliver(em, &spb, b_in, "k0", "klen", "n0 + jr", "Bs", "                "));
+        body.push_str(&b_sliver(
+            em,
+            &spb,
+            b_in,
+            ("k0", "klen"),
+            "n0 + jr",
+            "Bs",
+            "                ",
+        ));
     }
     let bsrc = if packed.is_some() { "bsl" } else { "Bs" };
     let asrc = if a_direct { "Ab + ir * lda + k0, lda, 1" } else { "Ap + ir * klen, 1, MR" };
@@ -715,7 +631,7 @@ fn gen_matmul_part(
         let ops: Vec<String> = n
             .inputs
             .iter()
-            .map(|i| operand(em, &spo, &members, &|x| Some(em.var(x)), *i, "c"))
+            .map(|i| operand(em, &spo, members, &|x| Some(em.var(x)), *i, "c"))
             .collect();
         let _ = writeln!(
             body,
@@ -737,8 +653,7 @@ fn b_sliver(
     em: &Emitter,
     sp: &Space,
     b: NodeId,
-    k0: &str,
-    klen: &str,
+    (k0, klen): (&str, &str),
     col0: &str,
     dst: &str,
     ind: &str,
@@ -779,7 +694,7 @@ fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
     let func = format!("{}_pack{j}", em.kname);
     let param = resolve(g, b_in).base;
     let r = b_shape.len();
-    let batch = numel(&b_shape[..r - 2].to_vec());
+    let batch = numel(&b_shape[..r - 2]);
     let mut pe = Emitter::new(g, em.buf.clone(), &func);
     let mut sp = Space { tag: "b", shape: b_shape.clone(), accesses: BTreeMap::new() };
     pe.access(&mut sp, b_in);
@@ -816,7 +731,7 @@ fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
     let _ = writeln!(c, "        for (int64_t j0 = c0; j0 < c1; j0 += NR) {{");
     let _ = writeln!(c, "            const int64_t nr = af_min64(NR, N - j0);");
     let _ = writeln!(c, "            float *restrict ds = dst + (bi * nsl + j0 / NR) * K * NR;");
-    c.push_str(&b_sliver(&pe, &sp, b_in, "0", "K", "j0", "ds", "            "));
+    c.push_str(&b_sliver(&pe, &sp, b_in, ("0", "K"), "j0", "ds", "            "));
     let _ = writeln!(c, "        }}\n    }}\n}}\n");
     em.packs.push((
         PackMeta { func, param, batch, k: b_shape[r - 2].clone(), n: b_shape[r - 1].clone() },
@@ -830,7 +745,7 @@ fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
 fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     let g = em.g;
     let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
-    let f = crate::plan::flash_parts(g, &members).expect("planner formed a flash group");
+    let f = crate::group::flash_parts(g, &members).expect("planner formed a flash group");
     let (q, kt, v) = (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
     let ss = g.node(f.scores).shape.clone();
     let r = ss.len();
@@ -1052,7 +967,7 @@ fn gen_concat(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
     for &i in &n.inputs {
         em.access(&mut sp, i);
     }
-    let r_expr = em.dim(&numel(&shape[..rank - 1].to_vec()));
+    let r_expr = em.dim(&numel(&shape[..rank - 1]));
     let _ = writeln!(body, "    const int64_t R = {r_expr}, N = {};", em.dim(&shape[rank - 1]));
     let _ = writeln!(body, "    const int64_t r0 = block * t->rows_per_block, r1 = af_min64(R, r0 + t->rows_per_block);");
     let _ = writeln!(body, "    for (int64_t r = r0; r < r1; ++r) {{");
@@ -1082,11 +997,7 @@ fn gen_concat(em: &mut Emitter, grp: &Group, body: &mut String) -> Work {
         start = end;
     }
     let _ = writeln!(body, "        }}\n    }}");
-    Work::Rows {
-        rows: numel(&shape[..rank - 1].to_vec()),
-        n: shape[rank - 1].clone(),
-        row_buffers: 0,
-    }
+    Work::Rows { rows: numel(&shape[..rank - 1]), n: shape[rank - 1].clone(), row_buffers: 0 }
 }
 
 /// Generate the C file of one plan. `symbol` prefixes exported names (graph, hash, variant).
@@ -1208,31 +1119,4 @@ pub fn generate(
         kernels.len() + kernels.iter().map(|k| k.packs.len()).sum::<usize>()
     );
     CSource { code, kernels, entry }
-}
-
-/// A C string literal, split into lines of moderate length.
-pub(crate) fn c_string(s: &str) -> String {
-    let mut out = String::from("\n    \"");
-    let mut col = 0;
-    for ch in s.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
-            c => {
-                let mut b = [0u8; 4];
-                for byte in c.encode_utf8(&mut b).bytes() {
-                    out.push_str(&format!("\\{byte:03o}"));
-                }
-            }
-        }
-        col += 1;
-        if col >= 100 {
-            out.push_str("\"\n    \"");
-            col = 0;
-        }
-    }
-    out.push('"');
-    out
 }

@@ -1,0 +1,448 @@
+//! The op table of the elementwise functions: for each unary and binary op, everything that
+//! differs between them in one row (its name in the DSL and in dumps, its semantics in f64
+//! for constant folding and in f32 for the reference interpreter, its host C and Ascend C
+//! spellings, and what it costs), read by the front end, the reference interpreter, both code
+//! generators and the cost model. Adding an elementwise op is adding a variant and its row.
+//!
+//! Spellings are templates: `{x}` and `{y}` are the operands; in Ascend C vector sequences
+//! `{dst}` is the destination UB tensor, `{n}` the element count, and `ta`, `tb`, `tc` are
+//! scratch UB tensors of the same length that the generator provides.
+
+use crate::ir::{BinaryOp, UnaryOp};
+
+/// One unary function.
+pub struct UnarySpec {
+    pub op: UnaryOp,
+    pub name: &'static str,
+    /// Semantics in f64 (constant folding).
+    pub f64: fn(f64) -> f64,
+    /// Semantics in f32: what the reference interpreter computes.
+    pub f32: fn(f32) -> f32,
+    /// Host C expression (helpers of `include/autofusion/host.h`).
+    pub c: &'static str,
+    /// Ascend C scalar expression (helpers taking the scalar scratch `sc`).
+    pub ascend_scalar: &'static str,
+    /// Ascend C vector sequence, one statement per line (count form).
+    pub ascend_vector: &'static [&'static str],
+    /// Vector-unit FLOPs per element (the cost model), and whether it is evaluated by a
+    /// polynomial or library function (priced at the target's transcendental rate).
+    pub flops: f64,
+    pub transcendental: bool,
+}
+
+/// One binary function.
+pub struct BinarySpec {
+    pub op: BinaryOp,
+    pub name: &'static str,
+    pub f64: fn(f64, f64) -> f64,
+    pub f32: fn(f32, f32) -> f32,
+    pub c: &'static str,
+    pub ascend_scalar: &'static str,
+    /// The Ascend C vector API on two tensors (`Add`), if there is one.
+    pub ascend_vv: Option<&'static str>,
+    /// The Ascend C vector API on a tensor and a scalar, either order (`Adds`), if the op is
+    /// commutative and there is one.
+    pub ascend_vs: Option<&'static str>,
+    pub flops: f64,
+    pub transcendental: bool,
+}
+
+/// erf with |error| < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit), enough for folding.
+fn erf(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t
+        * (-z * z - 1.26551223
+            + t * (1.00002368
+                + t * (0.37409196
+                    + t * (0.09678418
+                        + t * (-0.18628806
+                            + t * (0.27886807
+                                + t * (-1.13520398
+                                    + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))))
+            .exp();
+    if x >= 0.0 {
+        1.0 - r
+    } else {
+        r - 1.0
+    }
+}
+
+// The f32 semantics of the reference interpreter: what fused kernels are checked against.
+fn sigmoid32(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+fn gelu32(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+fn gelu_tanh32(x: f32) -> f32 {
+    0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// Sigmoid on the vector unit: 1 / (1 + e^-x).
+const SIGMOID_VEC: &[&str] = &[
+    "AscendC::Muls({dst}, {x}, -1.0f, {n});",
+    "AscendC::Exp({dst}, {dst}, {n});",
+    "AscendC::Adds({dst}, {dst}, 1.0f, {n});",
+    "AscendC::Duplicate(tc, 1.0f, {n});",
+    "AscendC::Div({dst}, tc, {dst}, {n});",
+];
+
+/// The unary table, in `UnaryOp` declaration order (`UnaryOp::spec` indexes it).
+pub const UNARY: [UnarySpec; 11] = [
+    UnarySpec {
+        op: UnaryOp::Neg,
+        name: "neg",
+        f64: |x| -x,
+        f32: |x| -x,
+        c: "(-{x})",
+        ascend_scalar: "(-{x})",
+        ascend_vector: &["AscendC::Muls({dst}, {x}, -1.0f, {n});"],
+        flops: 1.0,
+        transcendental: false,
+    },
+    UnarySpec {
+        op: UnaryOp::Exp,
+        name: "exp",
+        f64: f64::exp,
+        f32: f32::exp,
+        c: "af_expf({x})",
+        ascend_scalar: "af_s_exp(sc, {x})",
+        ascend_vector: &["AscendC::Exp({dst}, {x}, {n});"],
+        flops: 2.0,
+        transcendental: true,
+    },
+    UnarySpec {
+        op: UnaryOp::Log,
+        name: "log",
+        f64: f64::ln,
+        f32: f32::ln,
+        c: "logf({x})",
+        ascend_scalar: "af_s_ln(sc, {x})",
+        ascend_vector: &["AscendC::Ln({dst}, {x}, {n});"],
+        flops: 2.0,
+        transcendental: true,
+    },
+    UnarySpec {
+        op: UnaryOp::Sqrt,
+        name: "sqrt",
+        f64: f64::sqrt,
+        f32: f32::sqrt,
+        c: "sqrtf({x})",
+        ascend_scalar: "af_s_sqrt(sc, {x})",
+        ascend_vector: &["AscendC::Sqrt({dst}, {x}, {n});"],
+        flops: 4.0,
+        transcendental: false,
+    },
+    UnarySpec {
+        op: UnaryOp::Rsqrt,
+        name: "rsqrt",
+        f64: |x| 1.0 / x.sqrt(),
+        f32: |x| 1.0 / x.sqrt(),
+        c: "(1.0f / sqrtf({x}))",
+        ascend_scalar: "(1.0f / af_s_sqrt(sc, {x}))",
+        // Ascend C's Rsqrt misses 1e-4 relative on float: Sqrt, then 1 / x with Div.
+        ascend_vector: &[
+            "AscendC::Sqrt({dst}, {x}, {n});",
+            "AscendC::Duplicate(tc, 1.0f, {n});",
+            "AscendC::Div({dst}, tc, {dst}, {n});",
+        ],
+        flops: 4.0,
+        transcendental: false,
+    },
+    UnarySpec {
+        op: UnaryOp::Tanh,
+        name: "tanh",
+        f64: f64::tanh,
+        f32: f32::tanh,
+        c: "af_tanhf({x})",
+        ascend_scalar: "af_s_tanh(sc, {x})",
+        // tanh x = 2 / (1 + e^(-2x)) - 1: saturates to +-1 without inf - inf.
+        ascend_vector: &[
+            "AscendC::Muls({dst}, {x}, -2.0f, {n});",
+            "AscendC::Exp({dst}, {dst}, {n});",
+            "AscendC::Adds({dst}, {dst}, 1.0f, {n});",
+            "AscendC::Duplicate(tc, 2.0f, {n});",
+            "AscendC::Div({dst}, tc, {dst}, {n});",
+            "AscendC::Adds({dst}, {dst}, -1.0f, {n});",
+        ],
+        flops: 2.0,
+        transcendental: true,
+    },
+    UnarySpec {
+        op: UnaryOp::Sigmoid,
+        name: "sigmoid",
+        f64: |x| 1.0 / (1.0 + (-x).exp()),
+        f32: sigmoid32,
+        c: "af_sigmoid({x})",
+        ascend_scalar: "af_s_sigmoid(sc, {x})",
+        ascend_vector: SIGMOID_VEC,
+        flops: 2.0,
+        transcendental: true,
+    },
+    UnarySpec {
+        op: UnaryOp::Relu,
+        name: "relu",
+        f64: |x| x.max(0.0),
+        f32: |x| x.max(0.0),
+        c: "af_fmax({x}, 0.0f)",
+        ascend_scalar: "({x} > 0.0f ? {x} : 0.0f)",
+        ascend_vector: &["AscendC::Relu({dst}, {x}, {n});"],
+        flops: 1.0,
+        transcendental: false,
+    },
+    UnarySpec {
+        op: UnaryOp::Gelu,
+        name: "gelu",
+        f64: |x| 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2)),
+        f32: gelu32,
+        c: "af_gelu({x})",
+        ascend_scalar: "(0.5f * {x} * (1.0f + af_s_erf(sc, {x} * 0.70710678f)))",
+        // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x + 0.5 |x| erf(|x| / sqrt 2), erf by
+        // Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7) on Exp.
+        ascend_vector: &[
+            "AscendC::Abs(ta, {x}, {n});",
+            "AscendC::Muls(tb, ta, 0.231641900f, {n}); /* p / sqrt 2 */",
+            "AscendC::Adds(tb, tb, 1.0f, {n});",
+            "AscendC::Duplicate(tc, 1.0f, {n});",
+            "AscendC::Div(tb, tc, tb, {n}); /* t */",
+            "AscendC::Muls(tc, tb, 1.061405429f, {n});",
+            "AscendC::Adds(tc, tc, -1.453152027f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Adds(tc, tc, 1.421413741f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Adds(tc, tc, -0.284496736f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Adds(tc, tc, 0.254829592f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Mul(tb, ta, ta, {n});",
+            "AscendC::Muls(tb, tb, -0.5f, {n});",
+            "AscendC::Exp(tb, tb, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Muls(tc, tc, -1.0f, {n});",
+            "AscendC::Adds(tc, tc, 1.0f, {n}); /* erf(|x| / sqrt 2) */",
+            "AscendC::Mul(tc, tc, ta, {n});",
+            "AscendC::Add({dst}, tc, {x}, {n});",
+            "AscendC::Muls({dst}, {dst}, 0.5f, {n});",
+        ],
+        flops: 2.0,
+        transcendental: true,
+    },
+    UnarySpec {
+        op: UnaryOp::GeluTanh,
+        name: "gelu_tanh",
+        f64: |x| {
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+        },
+        f32: gelu_tanh32,
+        c: "af_gelu_tanh({x})",
+        ascend_scalar: "(0.5f * {x} * (1.0f + af_s_tanh(sc, 0.7978845608f * ({x} + 0.044715f * {x} * {x} * {x}))))",
+        // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+        ascend_vector: &[
+            "AscendC::Mul(ta, {x}, {x}, {n});",
+            "AscendC::Mul(ta, ta, {x}, {n});",
+            "AscendC::Muls(ta, ta, 0.044715f, {n});",
+            "AscendC::Add(ta, ta, {x}, {n});",
+            "AscendC::Muls(ta, ta, -1.595769122f, {n}); /* -2 sqrt(2 / pi) */",
+            "AscendC::Exp(ta, ta, {n});",
+            "AscendC::Adds(ta, ta, 1.0f, {n});",
+            "AscendC::Duplicate(tc, 2.0f, {n});",
+            "AscendC::Div(ta, tc, ta, {n}); /* 1 + tanh */",
+            "AscendC::Mul({dst}, ta, {x}, {n});",
+            "AscendC::Muls({dst}, {dst}, 0.5f, {n});",
+        ],
+        flops: 2.0,
+        transcendental: true,
+    },
+    UnarySpec {
+        op: UnaryOp::Silu,
+        name: "silu",
+        f64: |x| x / (1.0 + (-x).exp()),
+        f32: |x| x / (1.0 + (-x).exp()),
+        c: "af_silu({x})",
+        ascend_scalar: "({x} * af_s_sigmoid(sc, {x}))",
+        ascend_vector: &[
+            "AscendC::Muls({dst}, {x}, -1.0f, {n});",
+            "AscendC::Exp({dst}, {dst}, {n});",
+            "AscendC::Adds({dst}, {dst}, 1.0f, {n});",
+            "AscendC::Duplicate(tc, 1.0f, {n});",
+            "AscendC::Div({dst}, tc, {dst}, {n});",
+            "AscendC::Mul({dst}, {dst}, {x}, {n});",
+        ],
+        flops: 2.0,
+        transcendental: true,
+    },
+];
+
+/// The binary table, in `BinaryOp` declaration order (`BinaryOp::spec` indexes it).
+pub const BINARY: [BinarySpec; 7] = [
+    BinarySpec {
+        op: BinaryOp::Add,
+        name: "add",
+        f64: |a, b| a + b,
+        f32: |a, b| a + b,
+        c: "({x} + {y})",
+        ascend_scalar: "({x} + {y})",
+        ascend_vv: Some("Add"),
+        ascend_vs: Some("Adds"),
+        flops: 1.0,
+        transcendental: false,
+    },
+    BinarySpec {
+        op: BinaryOp::Sub,
+        name: "sub",
+        f64: |a, b| a - b,
+        f32: |a, b| a - b,
+        c: "({x} - {y})",
+        ascend_scalar: "({x} - {y})",
+        ascend_vv: Some("Sub"),
+        ascend_vs: None,
+        flops: 1.0,
+        transcendental: false,
+    },
+    BinarySpec {
+        op: BinaryOp::Mul,
+        name: "mul",
+        f64: |a, b| a * b,
+        f32: |a, b| a * b,
+        c: "({x} * {y})",
+        ascend_scalar: "({x} * {y})",
+        ascend_vv: Some("Mul"),
+        ascend_vs: Some("Muls"),
+        flops: 1.0,
+        transcendental: false,
+    },
+    BinarySpec {
+        op: BinaryOp::Div,
+        name: "div",
+        f64: |a, b| a / b,
+        f32: |a, b| a / b,
+        c: "({x} / {y})",
+        ascend_scalar: "({x} / {y})",
+        ascend_vv: Some("Div"),
+        ascend_vs: None,
+        flops: 2.0,
+        transcendental: false,
+    },
+    BinarySpec {
+        op: BinaryOp::Pow,
+        name: "pow",
+        f64: f64::powf,
+        f32: f32::powf,
+        c: "powf({x}, {y})",
+        // a^b = exp(b ln a): the vector unit has no pow (a > 0).
+        ascend_scalar: "af_s_exp(sc, {y} * af_s_ln(sc, {x}))",
+        ascend_vv: None,
+        ascend_vs: None,
+        flops: 2.0,
+        transcendental: true,
+    },
+    BinarySpec {
+        op: BinaryOp::Max,
+        name: "max",
+        f64: f64::max,
+        f32: f32::max,
+        c: "af_fmax({x}, {y})",
+        ascend_scalar: "({x} > {y} ? {x} : {y})",
+        ascend_vv: Some("Max"),
+        ascend_vs: Some("Maxs"),
+        flops: 1.0,
+        transcendental: false,
+    },
+    BinarySpec {
+        op: BinaryOp::Min,
+        name: "min",
+        f64: f64::min,
+        f32: f32::min,
+        c: "af_fmin({x}, {y})",
+        ascend_scalar: "({x} < {y} ? {x} : {y})",
+        ascend_vv: Some("Min"),
+        ascend_vs: Some("Mins"),
+        flops: 1.0,
+        transcendental: false,
+    },
+];
+
+impl UnaryOp {
+    /// This op's row of the table.
+    pub fn spec(self) -> &'static UnarySpec {
+        &UNARY[self as usize]
+    }
+}
+
+impl BinaryOp {
+    /// This op's row of the table.
+    pub fn spec(self) -> &'static BinarySpec {
+        &BINARY[self as usize]
+    }
+}
+
+/// Fill a spelling template: `{x}`, `{y}`, `{dst}`, `{n}` replaced by the given strings.
+pub fn fill(template: &str, subs: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() + 16);
+    let mut rest = template;
+    'scan: while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        for (key, val) in subs {
+            let k = &rest[i + 1..];
+            if k.starts_with(key) && k[key.len()..].starts_with('}') {
+                out.push_str(val);
+                rest = &k[key.len() + 1..];
+                continue 'scan;
+            }
+        }
+        out.push('{');
+        rest = &rest[i + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_are_in_declaration_order() {
+        for (i, u) in UnaryOp::ALL.iter().enumerate() {
+            assert_eq!(UNARY[i].op, *u, "UNARY[{i}]");
+        }
+        for (i, b) in BinaryOp::ALL.iter().enumerate() {
+            assert_eq!(BINARY[i].op, *b, "BINARY[{i}]");
+        }
+    }
+
+    #[test]
+    fn f32_and_f64_semantics_agree() {
+        for u in UnaryOp::ALL {
+            let s = u.spec();
+            for x in [-3.0f32, -0.5, 0.25, 1.0, 2.5] {
+                if matches!(u, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt) && x <= 0.0 {
+                    continue;
+                }
+                let (a, b) = ((s.f32)(x) as f64, (s.f64)(x as f64));
+                assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{} at {x}: {a} vs {b}", s.name);
+            }
+        }
+        for b in BinaryOp::ALL {
+            let s = b.spec();
+            let (x, y) = (1.5f32, 0.75f32);
+            let (p, q) = ((s.f32)(x, y) as f64, (s.f64)(x as f64, y as f64));
+            assert!((p - q).abs() <= 1e-6 * q.abs().max(1.0), "{}: {p} vs {q}", s.name);
+        }
+    }
+
+    #[test]
+    fn templates_fill_every_placeholder() {
+        assert_eq!(fill("({x} + {y})", &[("x", "a[i]"), ("y", "1.0f")]), "(a[i] + 1.0f)");
+        assert_eq!(fill("{dst} {q} {n}", &[("dst", "d"), ("n", "64")]), "d {q} 64");
+        for u in UnaryOp::ALL {
+            let s = u.spec();
+            let subs = [("x", "X"), ("dst", "D"), ("n", "N")];
+            for t in [s.c, s.ascend_scalar].iter().chain(s.ascend_vector) {
+                assert!(!fill(t, &subs).contains('{'), "{}: {t}", s.name);
+            }
+        }
+    }
+}
