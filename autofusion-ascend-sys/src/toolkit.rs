@@ -1,6 +1,6 @@
 //! Finding the CANN toolkit and driving bisheng (the Ascend C compiler).
 //!
-//! Lookup order (docs/ascend-c.md §5.2, §5.5): `ASCEND_HOME_PATH` (exported by `set_env.sh`),
+//! Lookup order (asc-devkit `docs/zh/quick_start.md`: `set_env.sh` exports `ASCEND_HOME_PATH`): `ASCEND_HOME_PATH` (exported by `set_env.sh`),
 //! then `ASCEND_TOOLKIT_HOME`, then the default install places, new layout before legacy:
 //! `/usr/local/Ascend/cann`, `/usr/local/Ascend/ascend-toolkit/latest`, and the same two under
 //! `$HOME/Ascend` (non-root installs). A place is a toolkit when it has `include/acl/acl.h`
@@ -42,7 +42,7 @@ pub struct Toolkit {
 }
 
 /// SoCs of arch 2201 (Atlas A2 training/inference series and A3), per the toolkit's
-/// `host_config.cmake` (doc §5.4).
+/// `host_config.cmake`.
 const SOCS_2201: &[&str] = &[
     "Ascend910B1",
     "Ascend910B2",
@@ -65,7 +65,8 @@ fn env(name: &str, announce: bool) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-/// Where bisheng lives inside a toolkit root, new layout first (doc §5.2).
+/// Where bisheng lives inside a toolkit root, new layout first (`tools/bisheng_compiler/bin`,
+/// then the legacy `{arch}-linux|compiler/ccec_compiler/bin`).
 fn bisheng_in(root: &Path) -> Option<PathBuf> {
     let arch = if cfg!(target_arch = "aarch64") { "aarch64-linux" } else { "x86_64-linux" };
     [
@@ -163,7 +164,7 @@ impl Toolkit {
 
     /// Flags compiling one Ascend C translation unit to an object (`-c` added by the caller).
     /// `debug` keeps symbols, drops optimisation and enables the toolkit's API asserts
-    /// (`-DASCENDC_DEBUG`, doc §5.3).
+    /// (`-DASCENDC_DEBUG`: asc-devkit guide, AI-Core operator compilation).
     pub fn compile_flags(&self, debug: bool) -> Vec<String> {
         let mut f: Vec<String> = match self.flow {
             Flow::New => vec!["-x".into(), "asc".into(), format!("--npu-arch={}", self.arch)],
@@ -193,7 +194,8 @@ impl Toolkit {
         f
     }
 
-    /// The bisheng arguments turning objects into a static library (doc §5.3, §5.4: the
+    /// The bisheng arguments turning objects into a static library (`-lib` in the new flow,
+    /// `--cce-build-static-lib` in the legacy one; the
     /// library is produced by bisheng itself so the device sections stay registered).
     pub fn static_lib_args(&self, objects: &[PathBuf], out: &Path) -> Vec<String> {
         let mut a: Vec<String> = match self.flow {
@@ -224,8 +226,8 @@ impl Toolkit {
         a
     }
 
-    /// Libraries a binary linking generated launchers needs (doc §5.3 "default-linked
-    /// libs", §5.5), those present in `lib64`: `(name, static)`. `ascendcl` always.
+    /// Libraries a binary linking generated launchers needs (the ASC guide's
+    /// default-linked libraries of a launcher), those present in `lib64`: `(name, static)`. `ascendcl` always.
     pub fn link_libs(&self) -> Vec<(String, bool)> {
         let lib = self.lib_dir();
         let mut v = vec![("ascendcl".to_string(), false)];

@@ -209,8 +209,7 @@ fn best(cands: Vec<Cand>, launch: f64, flops: f64) -> Result<KernelCost, String>
     })
 }
 
-/// The cost of one kernel holding `members`. `extra_outputs` are members another kernel reads
-/// even though all their users look internal (duplicated prologues).
+/// The cost of one kernel holding `members`, at its best feasible tiling.
 pub fn kernel_cost(
     g: &Graph,
     users: &[Vec<NodeId>],
@@ -220,391 +219,482 @@ pub fn kernel_cost(
     target: &Target,
     est: &dyn Fn(&DimExpr) -> i64,
 ) -> Result<KernelCost, String> {
-    let cx = Ctx { g, t: target, est };
-    let (ins, outs) = boundary(g, members, users, &[]);
-    let out_bytes: f64 = outs.iter().map(|o| cx.bytes(*o)).sum();
-    let vec_flops: f64 = members
-        .iter()
-        .filter(|m| !matches!(g.node(**m).op, Op::MatMul))
-        .map(|m| {
-            let n = g.node(*m);
-            let it = cx.n(&numel(&iter_shape(g, *m)));
-            it * op_weight(&n.op)
-        })
-        .sum();
-    let trans: f64 = members
-        .iter()
-        .filter(|m| transcendental(&g.node(**m).op))
-        .map(|m| cx.n(&numel(&iter_shape(g, *m))))
-        .sum();
-    let mut io: Vec<NodeId> = ins.clone();
-    io.extend(outs.iter().copied());
-    let cached = cx.cached(&io);
-    // The host runtime runs small work inline, without a launch.
-    let work_elems: f64 =
-        members.iter().map(|m| cx.n(&numel(&iter_shape(g, *m)))).fold(0.0, f64::max);
-    let launch = if work_elems < target.inline_below_elems as f64 {
-        target.launch_us.min(0.2)
-    } else {
-        target.launch_us
-    };
-    // ... and as one block on one core (DynamicTiling's thresholds: rows kernels below
-    // `inline_below_elems` elements, matmul and attention below 4x that many flops).
-    let inline_below = target.inline_below_elems as f64;
-    let one_block = |tiles: f64, flops: Option<f64>| match flops {
-        Some(f) if f < 4.0 * inline_below => 1.0,
-        None if work_elems < inline_below => 1.0,
-        _ => tiles,
-    };
-    let mut cands = Vec::new();
+    let k = Kernel::new(g, users, members, kind, anchor, target, est);
     match kind {
-        GroupKind::Elementwise | GroupKind::Concat => {
-            let space = if kind == GroupKind::Concat {
-                g.node(*members.iter().next().unwrap()).shape.clone()
-            } else {
-                space_of(g, &members.iter().copied().collect::<Vec<_>>())
-                    .ok_or("members iterate over different shapes")?
-            };
-            let n = cx.n(space.last().unwrap()).max(1.0);
-            let rows = cx.n(&numel(&space[..space.len() - 1])).max(1.0);
-            let in_bytes: f64 = ins.iter().map(|i| cx.bytes(*i)).sum();
-            let bytes = in_bytes + out_bytes;
-            // Streams per row (inputs and outputs at full width) and values kept across phases.
-            let full = |id: NodeId| {
-                cx.n(g.node(id).shape.last().unwrap_or(&DimExpr::constant(1))) >= n && n > 1.0
-            };
-            let streams = ins.iter().filter(|i| full(**i)).count()
-                + outs.iter().filter(|o| full(**o)).count();
-            let kept = members.iter().filter(|m| full(**m) && g.node(**m).shape == space).count();
-            let db = if target.double_buffer { 2.0 } else { 1.0 };
-            let mut r = 1.0;
-            while r <= rows.max(1.0) {
-                let tiles = (rows / r).ceil();
-                let per_row = (streams as f64 * db + kept as f64) * n * 4.0;
-                let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
-                // On the host a block streams one row at a time; on Ascend a tile holds r rows.
-                let onchip =
-                    if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
-                let use_ = vec![(mem_name.to_string(), onchip)];
-                // Later passes over a row (after a reduction) re-read it from L1 on the host:
-                // not charged (measured: charging them at the in-cache bandwidth made fused
-                // norms look slower than their parts, which they are not).
+        GroupKind::Elementwise | GroupKind::Concat => rows_cost(&k),
+        GroupKind::MatMul => matmul_cost(&k),
+        GroupKind::Horizontal => horizontal_cost(&k),
+        GroupKind::FlashAttention => flash_cost(&k),
+    }
+}
+
+/// What every kind of kernel is priced from: its members, the values it reads and writes,
+/// its vector and transcendental work, and its launch.
+struct Kernel<'a> {
+    g: &'a Graph,
+    users: &'a [Vec<NodeId>],
+    members: &'a BTreeSet<NodeId>,
+    kind: GroupKind,
+    anchor: Option<NodeId>,
+    target: &'a Target,
+    est: &'a dyn Fn(&DimExpr) -> i64,
+    cx: Ctx<'a>,
+    ins: Vec<NodeId>,
+    outs: Vec<NodeId>,
+    out_bytes: f64,
+    vec_flops: f64,
+    trans: f64,
+    cached: f64,
+    work_elems: f64,
+    launch: f64,
+    inline_below: f64,
+}
+
+impl<'a> Kernel<'a> {
+    fn new(
+        g: &'a Graph,
+        users: &'a [Vec<NodeId>],
+        members: &'a BTreeSet<NodeId>,
+        kind: GroupKind,
+        anchor: Option<NodeId>,
+        target: &'a Target,
+        est: &'a dyn Fn(&DimExpr) -> i64,
+    ) -> Kernel<'a> {
+        let cx = Ctx { g, t: target, est };
+        let (ins, outs) = boundary(g, members, users, &[]);
+        let out_bytes: f64 = outs.iter().map(|o| cx.bytes(*o)).sum();
+        let vec_flops: f64 = members
+            .iter()
+            .filter(|m| !matches!(g.node(**m).op, Op::MatMul))
+            .map(|m| {
+                let n = g.node(*m);
+                let it = cx.n(&numel(&iter_shape(g, *m)));
+                it * op_weight(&n.op)
+            })
+            .sum();
+        let trans: f64 = members
+            .iter()
+            .filter(|m| transcendental(&g.node(**m).op))
+            .map(|m| cx.n(&numel(&iter_shape(g, *m))))
+            .sum();
+        let mut io: Vec<NodeId> = ins.clone();
+        io.extend(outs.iter().copied());
+        let cached = cx.cached(&io);
+        // The host runtime runs small work inline, without a launch.
+        let work_elems: f64 =
+            members.iter().map(|m| cx.n(&numel(&iter_shape(g, *m)))).fold(0.0, f64::max);
+        let launch = if work_elems < target.inline_below_elems as f64 {
+            target.launch_us.min(0.2)
+        } else {
+            target.launch_us
+        };
+        let inline_below = target.inline_below_elems as f64;
+        Kernel {
+            g,
+            users,
+            members,
+            kind,
+            anchor,
+            target,
+            est,
+            cx,
+            ins,
+            outs,
+            out_bytes,
+            vec_flops,
+            trans,
+            cached,
+            work_elems,
+            launch,
+            inline_below,
+        }
+    }
+
+    /// Small work runs as one block on one core (DynamicTiling's thresholds: rows kernels below
+    /// `inline_below_elems` elements, matmul and attention below 4x that many flops).
+    fn one_block(&self, tiles: f64, flops: Option<f64>) -> f64 {
+        match flops {
+            Some(f) if f < 4.0 * self.inline_below => 1.0,
+            None if self.work_elems < self.inline_below => 1.0,
+            _ => tiles,
+        }
+    }
+}
+
+/// Rows kernels (elementwise chains, reductions, concat): blocks of rows over the cores, row
+/// buffers on chip.
+fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
+    let g = k.g;
+    let members = k.members;
+    let kind = k.kind;
+    let target = k.target;
+    let out_bytes = k.out_bytes;
+    let vec_flops = k.vec_flops;
+    let trans = k.trans;
+    let cached = k.cached;
+    let launch = k.launch;
+    let cx = &k.cx;
+    let ins = &k.ins;
+    let outs = &k.outs;
+    let one_block = |tiles: f64, flops: Option<f64>| k.one_block(tiles, flops);
+    let mut cands: Vec<Cand> = Vec::new();
+    let space = if kind == GroupKind::Concat {
+        g.node(*members.iter().next().unwrap()).shape.clone()
+    } else {
+        space_of(g, &members.iter().copied().collect::<Vec<_>>())
+            .ok_or("members iterate over different shapes")?
+    };
+    let n = cx.n(space.last().unwrap()).max(1.0);
+    let rows = cx.n(&numel(&space[..space.len() - 1])).max(1.0);
+    let in_bytes: f64 = ins.iter().map(|i| cx.bytes(*i)).sum();
+    let bytes = in_bytes + out_bytes;
+    // Streams per row (inputs and outputs at full width) and values kept across phases.
+    let full =
+        |id: NodeId| cx.n(g.node(id).shape.last().unwrap_or(&DimExpr::constant(1))) >= n && n > 1.0;
+    let streams =
+        ins.iter().filter(|i| full(**i)).count() + outs.iter().filter(|o| full(**o)).count();
+    let kept = members.iter().filter(|m| full(**m) && g.node(**m).shape == space).count();
+    let db = if target.double_buffer { 2.0 } else { 1.0 };
+    let mut r = 1.0;
+    while r <= rows.max(1.0) {
+        let tiles = (rows / r).ceil();
+        let per_row = (streams as f64 * db + kept as f64) * n * 4.0;
+        let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
+        // On the host a block streams one row at a time; on Ascend a tile holds r rows.
+        let onchip = if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
+        let use_ = vec![(mem_name.to_string(), onchip)];
+        // Later passes over a row (after a reduction) re-read it from L1 on the host:
+        // not charged (measured: charging them at the in-cache bandwidth made fused
+        // norms look slower than their parts, which they are not).
+        let (exec, mem, comp, wave) = cx.exec_us(
+            (bytes, 0.0),
+            cached,
+            0.0,
+            vec_flops,
+            trans,
+            0.0,
+            1.0,
+            one_block(tiles, None),
+            target.cores,
+        );
+        cands.push((
+            exec,
+            mem,
+            comp,
+            wave,
+            (bytes, 0.0),
+            Tiling::Rows { rows_per_tile: r as i64 },
+            use_.clone(),
+            cx.fits(&use_),
+        ));
+        if mem_name != "ub" {
+            break; // the host's choice of r does not change the model
+        }
+        r *= 2.0;
+    }
+    best(cands, launch, vec_flops)
+}
+
+/// A matmul with its prologue and epilogue, at each feasible (MC, NC, KC) blocking.
+fn matmul_cost(k: &Kernel) -> Result<KernelCost, String> {
+    let g = k.g;
+    let members = k.members;
+    let anchor = k.anchor;
+    let target = k.target;
+    let out_bytes = k.out_bytes;
+    let vec_flops = k.vec_flops;
+    let trans = k.trans;
+    let cached = k.cached;
+    let launch = k.launch;
+    let cx = &k.cx;
+    let ins = &k.ins;
+    let one_block = |tiles: f64, flops: Option<f64>| k.one_block(tiles, flops);
+    let mut cands: Vec<Cand> = Vec::new();
+    let a = anchor.expect("matmul group has an anchor");
+    let an = g.node(a);
+    let out = &an.shape;
+    let r = out.len();
+    let (m, nn) = (cx.n(&out[r - 2]), cx.n(&out[r - 1]));
+    let k = cx.n(g.node(an.inputs[0]).shape.last().unwrap());
+    let batch = cx.n(&numel(&out[..r - 2])).max(1.0);
+    let mm_flops = 2.0 * batch * m * nn * k;
+    // Prologue = members upstream of the anchor: their inputs stream with A.
+    let mut pro = BTreeSet::new();
+    let mut stack = vec![a];
+    while let Some(x) = stack.pop() {
+        for i in &g.node(x).inputs {
+            if members.contains(i) && pro.insert(*i) {
+                stack.push(*i);
+            }
+        }
+    }
+    let a_in: Vec<NodeId> = ins
+        .iter()
+        .copied()
+        .filter(|i| pro.iter().any(|p| g.node(*p).inputs.contains(i)) || *i == an.inputs[0])
+        .collect();
+    let b_in = an.inputs[1];
+    let other: Vec<NodeId> =
+        ins.iter().copied().filter(|i| !a_in.contains(i) && *i != b_in).collect();
+    let a_bytes: f64 = a_in.iter().map(|i| cx.bytes(*i)).sum();
+    let b_bytes = cx.bytes(b_in);
+    let epi_bytes: f64 = other.iter().map(|i| cx.bytes(*i)).sum();
+    let pro_flops: f64 =
+        pro.iter().map(|p| cx.n(&numel(&g.node(*p).shape)) * op_weight(&g.node(*p).op)).sum();
+    let pro_trans: f64 = pro
+        .iter()
+        .filter(|p| transcendental(&g.node(**p).op))
+        .map(|p| cx.n(&numel(&g.node(*p).shape)))
+        .sum();
+    let epi_flops = vec_flops - pro_flops;
+    let epi_trans = trans - pro_trans;
+    let ob = target.matmul_operand_bytes as f64;
+    let db = if target.double_buffer { 2.0 } else { 1.0 };
+    let (mcs, ncs, kcs): (Vec<f64>, Vec<f64>, Vec<f64>) = match target.runtime_blocking {
+        Some([mc, nc, kc, _, _]) => (
+            vec![mc as f64],
+            [32.0, 64.0, 128.0, 256.0].into_iter().filter(|x| *x <= nc as f64).collect(),
+            vec![kc as f64],
+        ),
+        None => (
+            vec![16.0, 32.0, 64.0, 128.0, 256.0],
+            vec![32.0, 64.0, 128.0, 256.0, 512.0],
+            vec![64.0, 128.0, 256.0, 512.0],
+        ),
+    };
+    // B rows contiguous: packing B is a copy (read at its dtype, written as f32).
+    let b_rows_contiguous =
+        crate::layout::resolve(g, b_in).strides.last().and_then(|s| s.as_const()) == Some(1);
+    // The host template packs a B read from a parameter once per weight tensor (not
+    // per call), and reads an f32 A with contiguous rows and no prologue in place.
+    let host = target.runtime_blocking.is_some();
+    let b_prepacked = host
+        && matches!(g.node(crate::layout::resolve(g, b_in).base).op, crate::ir::Op::Param { .. });
+    let a_direct = host
+        && pro.is_empty()
+        && g.node(an.inputs[0]).dtype == crate::ir::DType::F32
+        && crate::layout::resolve(g, an.inputs[0]).strides.last().and_then(|s| s.as_const())
+            == Some(1);
+    let b_copy_bytes = (g.node(b_in).dtype.size() + 4) as f64;
+    for &mc in &mcs {
+        for &nc in &ncs {
+            for &kc in &kcs {
+                let (mc, nc, kc) =
+                    (f64::min(mc, m.max(1.0)), f64::min(nc, nn.max(1.0)), f64::min(kc, k.max(1.0)));
+                let (mt, nt) = ((m / mc).ceil().max(1.0), (nn / nc).ceil().max(1.0));
+                let (a_hbm, a_llc) = cx.reread(a_bytes, nt);
+                let (b_hbm, b_llc) = cx.reread(b_bytes, mt);
+                let bytes = (a_hbm + b_hbm + epi_bytes + out_bytes, a_llc + b_llc);
+                let flops_v = pro_flops * nt + epi_flops;
+                let eff = (mc / (mc + 8.0)) * (nc / (nc + 16.0));
+                let tiles = batch * mt * nt;
+                let use_: Vec<(String, u64)> = if target.memory("ub").is_some() {
+                    let k0 = kc.min(64.0);
+                    vec![
+                        ("l1".into(), cx.align((mc * kc + kc * nc) * ob * db)),
+                        ("l0a".into(), cx.align(mc * k0 * ob * db)),
+                        ("l0b".into(), cx.align(k0 * nc * ob * db)),
+                        ("l0c".into(), cx.align(mc * nc * 4.0)),
+                        ("ub".into(), cx.align(mc * nc * 4.0 * (1.0 + other.len() as f64) * db)),
+                    ]
+                } else {
+                    vec![("l2".into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
+                };
+                // A is packed once per N tile (a scatter into MR-row slivers, at the
+                // calibrated packing rate), B once per M tile: when B's rows are
+                // contiguous that is a cache-resident copy of NR-wide rows (read and
+                // written once at the in-cache bandwidth); a transposed B is gathered
+                // at the packing rate.
+                let b_elems = batch * k * nn * mt;
+                let pack_b = if b_prepacked {
+                    0.0
+                } else if b_rows_contiguous && target.pack_elems_per_us > 0.0 {
+                    b_elems * b_copy_bytes / cx.llc_bw()
+                } else {
+                    cx.pack_us(b_elems)
+                };
+                let pack_a = if a_direct { 0.0 } else { cx.pack_us(batch * m * k * nt) };
+                let pack = pack_a + pack_b;
                 let (exec, mem, comp, wave) = cx.exec_us(
-                    (bytes, 0.0),
+                    bytes,
                     cached,
-                    0.0,
-                    vec_flops,
-                    trans,
-                    0.0,
-                    1.0,
-                    one_block(tiles, None),
-                    target.cores,
+                    mm_flops,
+                    flops_v,
+                    pro_trans * nt + epi_trans,
+                    pack,
+                    eff,
+                    one_block(tiles, Some(mm_flops)),
+                    target.matrix_cores,
                 );
+                let ok = cx.fits(&use_);
                 cands.push((
                     exec,
                     mem,
                     comp,
                     wave,
-                    (bytes, 0.0),
-                    Tiling::Rows { rows_per_tile: r as i64 },
-                    use_.clone(),
-                    cx.fits(&use_),
+                    bytes,
+                    Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 },
+                    use_,
+                    ok,
                 ));
-                if mem_name != "ub" {
-                    break; // the host's choice of r does not change the model
-                }
-                r *= 2.0;
             }
-            best(cands, launch, vec_flops)
-        }
-        GroupKind::MatMul => {
-            let a = anchor.expect("matmul group has an anchor");
-            let an = g.node(a);
-            let out = &an.shape;
-            let r = out.len();
-            let (m, nn) = (cx.n(&out[r - 2]), cx.n(&out[r - 1]));
-            let k = cx.n(g.node(an.inputs[0]).shape.last().unwrap());
-            let batch = cx.n(&numel(&out[..r - 2])).max(1.0);
-            let mm_flops = 2.0 * batch * m * nn * k;
-            // Prologue = members upstream of the anchor: their inputs stream with A.
-            let mut pro = BTreeSet::new();
-            let mut stack = vec![a];
-            while let Some(x) = stack.pop() {
-                for i in &g.node(x).inputs {
-                    if members.contains(i) && pro.insert(*i) {
-                        stack.push(*i);
-                    }
-                }
-            }
-            let a_in: Vec<NodeId> = ins
-                .iter()
-                .copied()
-                .filter(|i| pro.iter().any(|p| g.node(*p).inputs.contains(i)) || *i == an.inputs[0])
-                .collect();
-            let b_in = an.inputs[1];
-            let other: Vec<NodeId> =
-                ins.iter().copied().filter(|i| !a_in.contains(i) && *i != b_in).collect();
-            let a_bytes: f64 = a_in.iter().map(|i| cx.bytes(*i)).sum();
-            let b_bytes = cx.bytes(b_in);
-            let epi_bytes: f64 = other.iter().map(|i| cx.bytes(*i)).sum();
-            let pro_flops: f64 = pro
-                .iter()
-                .map(|p| cx.n(&numel(&g.node(*p).shape)) * op_weight(&g.node(*p).op))
-                .sum();
-            let pro_trans: f64 = pro
-                .iter()
-                .filter(|p| transcendental(&g.node(**p).op))
-                .map(|p| cx.n(&numel(&g.node(*p).shape)))
-                .sum();
-            let epi_flops = vec_flops - pro_flops;
-            let epi_trans = trans - pro_trans;
-            let ob = target.matmul_operand_bytes as f64;
-            let db = if target.double_buffer { 2.0 } else { 1.0 };
-            let (mcs, ncs, kcs): (Vec<f64>, Vec<f64>, Vec<f64>) = match target.runtime_blocking {
-                Some([mc, nc, kc, _, _]) => (
-                    vec![mc as f64],
-                    [32.0, 64.0, 128.0, 256.0].into_iter().filter(|x| *x <= nc as f64).collect(),
-                    vec![kc as f64],
-                ),
-                None => (
-                    vec![16.0, 32.0, 64.0, 128.0, 256.0],
-                    vec![32.0, 64.0, 128.0, 256.0, 512.0],
-                    vec![64.0, 128.0, 256.0, 512.0],
-                ),
-            };
-            // B rows contiguous: packing B is a copy (read at its dtype, written as f32).
-            let b_rows_contiguous =
-                crate::layout::resolve(g, b_in).strides.last().and_then(|s| s.as_const())
-                    == Some(1);
-            // The host template packs a B read from a parameter once per weight tensor (not
-            // per call), and reads an f32 A with contiguous rows and no prologue in place.
-            let host = target.runtime_blocking.is_some();
-            let b_prepacked = host
-                && matches!(
-                    g.node(crate::layout::resolve(g, b_in).base).op,
-                    crate::ir::Op::Param { .. }
-                );
-            let a_direct = host
-                && pro.is_empty()
-                && g.node(an.inputs[0]).dtype == crate::ir::DType::F32
-                && crate::layout::resolve(g, an.inputs[0])
-                    .strides
-                    .last()
-                    .and_then(|s| s.as_const())
-                    == Some(1);
-            let b_copy_bytes = (g.node(b_in).dtype.size() + 4) as f64;
-            for &mc in &mcs {
-                for &nc in &ncs {
-                    for &kc in &kcs {
-                        let (mc, nc, kc) = (
-                            f64::min(mc, m.max(1.0)),
-                            f64::min(nc, nn.max(1.0)),
-                            f64::min(kc, k.max(1.0)),
-                        );
-                        let (mt, nt) = ((m / mc).ceil().max(1.0), (nn / nc).ceil().max(1.0));
-                        let (a_hbm, a_llc) = cx.reread(a_bytes, nt);
-                        let (b_hbm, b_llc) = cx.reread(b_bytes, mt);
-                        let bytes = (a_hbm + b_hbm + epi_bytes + out_bytes, a_llc + b_llc);
-                        let flops_v = pro_flops * nt + epi_flops;
-                        let eff = (mc / (mc + 8.0)) * (nc / (nc + 16.0));
-                        let tiles = batch * mt * nt;
-                        let use_: Vec<(String, u64)> = if target.memory("ub").is_some() {
-                            let k0 = kc.min(64.0);
-                            vec![
-                                ("l1".into(), cx.align((mc * kc + kc * nc) * ob * db)),
-                                ("l0a".into(), cx.align(mc * k0 * ob * db)),
-                                ("l0b".into(), cx.align(k0 * nc * ob * db)),
-                                ("l0c".into(), cx.align(mc * nc * 4.0)),
-                                (
-                                    "ub".into(),
-                                    cx.align(mc * nc * 4.0 * (1.0 + other.len() as f64) * db),
-                                ),
-                            ]
-                        } else {
-                            vec![("l2".into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
-                        };
-                        // A is packed once per N tile (a scatter into MR-row slivers, at the
-                        // calibrated packing rate), B once per M tile: when B's rows are
-                        // contiguous that is a cache-resident copy of NR-wide rows (read and
-                        // written once at the in-cache bandwidth); a transposed B is gathered
-                        // at the packing rate.
-                        let b_elems = batch * k * nn * mt;
-                        let pack_b = if b_prepacked {
-                            0.0
-                        } else if b_rows_contiguous && target.pack_elems_per_us > 0.0 {
-                            b_elems * b_copy_bytes / cx.llc_bw()
-                        } else {
-                            cx.pack_us(b_elems)
-                        };
-                        let pack_a = if a_direct { 0.0 } else { cx.pack_us(batch * m * k * nt) };
-                        let pack = pack_a + pack_b;
-                        let (exec, mem, comp, wave) = cx.exec_us(
-                            bytes,
-                            cached,
-                            mm_flops,
-                            flops_v,
-                            pro_trans * nt + epi_trans,
-                            pack,
-                            eff,
-                            one_block(tiles, Some(mm_flops)),
-                            target.matrix_cores,
-                        );
-                        let ok = cx.fits(&use_);
-                        cands.push((
-                            exec,
-                            mem,
-                            comp,
-                            wave,
-                            bytes,
-                            Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 },
-                            use_,
-                            ok,
-                        ));
-                    }
-                }
-            }
-            best(cands, launch, mm_flops + vec_flops)
-        }
-        GroupKind::Horizontal => {
-            // One launch running every part's tiles; each part keeps its own best tiling.
-            let parts =
-                crate::group::horizontal_parts(g, &members.iter().copied().collect::<Vec<_>>());
-            let mut total: Option<KernelCost> = None;
-            for (anchor, part) in parts {
-                let c = kernel_cost(g, users, &part, GroupKind::MatMul, Some(anchor), target, est)?;
-                total = Some(match total {
-                    None => c,
-                    Some(t) => KernelCost {
-                        time_us: t.time_us + c.time_us - c.launch_us,
-                        mem_us: t.mem_us + c.mem_us,
-                        compute_us: t.compute_us + c.compute_us,
-                        wave_efficiency: t.wave_efficiency.min(c.wave_efficiency),
-                        bytes: t.bytes + c.bytes,
-                        llc_bytes: t.llc_bytes + c.llc_bytes,
-                        flops: t.flops + c.flops,
-                        onchip: t
-                            .onchip
-                            .iter()
-                            .zip(&c.onchip)
-                            .map(|(x, y)| (x.0.clone(), x.1.max(y.1)))
-                            .collect(),
-                        unconstrained_exec_us: t.unconstrained_exec_us + c.unconstrained_exec_us,
-                        ..t
-                    },
-                });
-            }
-            total.ok_or_else(|| "a horizontal group without matmuls".to_string())
-        }
-        GroupKind::FlashAttention => {
-            let f = crate::group::flash_parts(g, members).ok_or("not an attention pattern")?;
-            let s = &g.node(f.scores).shape;
-            let r = s.len();
-            let (sq, sk) = (cx.n(&s[r - 2]), cx.n(&s[r - 1]));
-            let batch = cx.n(&numel(&s[..r - 2])).max(1.0);
-            let d = cx.n(g.node(g.node(f.qk).inputs[0]).shape.last().unwrap());
-            let dv = cx.n(g.node(f.pv).shape.last().unwrap());
-            let mm_flops = 2.0 * batch * sq * sk * (d + dv);
-            // Per score: the chain (scale, mask), then max, subtract, sum and the rescale.
-            let vec_f = batch * sq * sk * (f.chain.len() as f64 + 4.0);
-            let q_bytes = cx.bytes(g.node(f.qk).inputs[0]);
-            let kv_bytes = cx.bytes(g.node(f.qk).inputs[1]) + cx.bytes(g.node(f.pv).inputs[1]);
-            let mask_bytes: f64 = ins
-                .iter()
-                .filter(|i| {
-                    **i != g.node(f.qk).inputs[0]
-                        && **i != g.node(f.qk).inputs[1]
-                        && **i != g.node(f.pv).inputs[1]
-                })
-                .map(|i| cx.bytes(*i))
-                .sum();
-            let db = if target.double_buffer { 2.0 } else { 1.0 };
-            let (brs, bcs): (Vec<f64>, Vec<f64>) = match target.runtime_blocking {
-                Some([_, _, _, br, bc]) => (
-                    [4.0, 8.0, 16.0, 32.0, 64.0].into_iter().filter(|x| *x <= br as f64).collect(),
-                    vec![bc as f64],
-                ),
-                None => (vec![16.0, 32.0, 64.0, 128.0], vec![32.0, 64.0, 128.0, 256.0]),
-            };
-            for &br in &brs {
-                for &bc in &bcs {
-                    let (br, bc) = (f64::min(br, sq.max(1.0)), f64::min(bc, sk.max(1.0)));
-                    let qt = (sq / br).ceil().max(1.0);
-                    // K and V of one (batch, head) are read once per unit: on the host a unit
-                    // is as many query blocks of a head as leave two units per core (the
-                    // runtime's choice), on Ascend one query block.
-                    let kv_reads = if target.runtime_blocking.is_some() {
-                        (2.0 * target.cores.max(1) as f64 / batch).ceil().clamp(1.0, qt)
-                    } else {
-                        qt
-                    };
-                    let (kv_hbm, kv_llc) = cx.reread(kv_bytes / batch, kv_reads);
-                    let bytes = (q_bytes + kv_hbm * batch + mask_bytes + out_bytes, kv_llc * batch);
-                    let onchip = (br * d + (bc * d + bc * dv) * db + br * bc + br * dv) * 4.0;
-                    let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
-                    let use_ = vec![(mem_name.to_string(), cx.align(onchip))];
-                    let eff = (br / (br + 8.0)) * (bc / (bc + 16.0));
-                    // One exp per score, plus the rescale per row and key block.
-                    let t_exp = batch * sq * sk + batch * sq * (sk / bc).ceil();
-                    // K and V once per unit, Q once, P per key block. On the host, Q (f32
-                    // with contiguous rows) and P are read in place, and V, K with contiguous
-                    // rows are copies at the in-cache bandwidth; a transposed K is gathered.
-                    let pack = if target.runtime_blocking.is_some() {
-                        let contiguous = |v: NodeId| {
-                            crate::layout::resolve(g, v).strides.last().and_then(|s| s.as_const())
-                                == Some(1)
-                        };
-                        let (q, kt, v) = (
-                            g.node(f.qk).inputs[0],
-                            g.node(f.qk).inputs[1],
-                            g.node(f.pv).inputs[1],
-                        );
-                        let copy = |v: NodeId, elems: f64| {
-                            elems * (g.node(v).dtype.size() + 4) as f64 / cx.llc_bw()
-                        };
-                        let q_us = if g.node(q).dtype == crate::ir::DType::F32 && contiguous(q) {
-                            0.0
-                        } else {
-                            cx.pack_us(batch * sq * d)
-                        };
-                        let k_us = if contiguous(kt) {
-                            copy(kt, batch * kv_reads * sk * d)
-                        } else {
-                            cx.pack_us(batch * kv_reads * sk * d)
-                        };
-                        let v_us = if contiguous(v) {
-                            copy(v, batch * kv_reads * sk * dv)
-                        } else {
-                            cx.pack_us(batch * kv_reads * sk * dv)
-                        };
-                        q_us + k_us + v_us
-                    } else {
-                        cx.pack_us(batch * (sq * d + kv_reads * sk * (d + dv) + sq * sk))
-                    };
-                    let (exec, mem, comp, wave) = cx.exec_us(
-                        bytes,
-                        cached,
-                        mm_flops,
-                        vec_f,
-                        t_exp,
-                        pack,
-                        eff,
-                        one_block(batch * qt, Some(4.0 * batch * sq * sk * d)),
-                        target.matrix_cores,
-                    );
-                    let ok = cx.fits(&use_);
-                    cands.push((
-                        exec,
-                        mem,
-                        comp,
-                        wave,
-                        bytes,
-                        Tiling::Flash { br: br as i64, bc: bc as i64 },
-                        use_,
-                        ok,
-                    ));
-                }
-            }
-            best(cands, launch, mm_flops + vec_f)
         }
     }
+    best(cands, launch, mm_flops + vec_flops)
+}
+
+/// Sibling matmuls in one launch: each part at its own best tiling, one launch.
+fn horizontal_cost(k: &Kernel) -> Result<KernelCost, String> {
+    let g = k.g;
+    let users = k.users;
+    let members = k.members;
+    let target = k.target;
+    let est = k.est;
+    // One launch running every part's tiles; each part keeps its own best tiling.
+    let parts = crate::group::horizontal_parts(g, &members.iter().copied().collect::<Vec<_>>());
+    let mut total: Option<KernelCost> = None;
+    for (anchor, part) in parts {
+        let c = kernel_cost(g, users, &part, GroupKind::MatMul, Some(anchor), target, est)?;
+        total = Some(match total {
+            None => c,
+            Some(t) => KernelCost {
+                time_us: t.time_us + c.time_us - c.launch_us,
+                mem_us: t.mem_us + c.mem_us,
+                compute_us: t.compute_us + c.compute_us,
+                wave_efficiency: t.wave_efficiency.min(c.wave_efficiency),
+                bytes: t.bytes + c.bytes,
+                llc_bytes: t.llc_bytes + c.llc_bytes,
+                flops: t.flops + c.flops,
+                onchip: t
+                    .onchip
+                    .iter()
+                    .zip(&c.onchip)
+                    .map(|(x, y)| (x.0.clone(), x.1.max(y.1)))
+                    .collect(),
+                unconstrained_exec_us: t.unconstrained_exec_us + c.unconstrained_exec_us,
+                ..t
+            },
+        });
+    }
+    total.ok_or_else(|| "a horizontal group without matmuls".to_string())
+}
+
+/// Online-softmax attention at each feasible (BR, BC) block pair.
+fn flash_cost(k: &Kernel) -> Result<KernelCost, String> {
+    let g = k.g;
+    let members = k.members;
+    let target = k.target;
+    let out_bytes = k.out_bytes;
+    let cached = k.cached;
+    let launch = k.launch;
+    let cx = &k.cx;
+    let ins = &k.ins;
+    let one_block = |tiles: f64, flops: Option<f64>| k.one_block(tiles, flops);
+    let mut cands: Vec<Cand> = Vec::new();
+    let f = crate::group::flash_parts(g, members).ok_or("not an attention pattern")?;
+    let s = &g.node(f.scores).shape;
+    let r = s.len();
+    let (sq, sk) = (cx.n(&s[r - 2]), cx.n(&s[r - 1]));
+    let batch = cx.n(&numel(&s[..r - 2])).max(1.0);
+    let d = cx.n(g.node(g.node(f.qk).inputs[0]).shape.last().unwrap());
+    let dv = cx.n(g.node(f.pv).shape.last().unwrap());
+    let mm_flops = 2.0 * batch * sq * sk * (d + dv);
+    // Per score: the chain (scale, mask), then max, subtract, sum and the rescale.
+    let vec_f = batch * sq * sk * (f.chain.len() as f64 + 4.0);
+    let q_bytes = cx.bytes(g.node(f.qk).inputs[0]);
+    let kv_bytes = cx.bytes(g.node(f.qk).inputs[1]) + cx.bytes(g.node(f.pv).inputs[1]);
+    let mask_bytes: f64 = ins
+        .iter()
+        .filter(|i| {
+            **i != g.node(f.qk).inputs[0]
+                && **i != g.node(f.qk).inputs[1]
+                && **i != g.node(f.pv).inputs[1]
+        })
+        .map(|i| cx.bytes(*i))
+        .sum();
+    let db = if target.double_buffer { 2.0 } else { 1.0 };
+    let (brs, bcs): (Vec<f64>, Vec<f64>) = match target.runtime_blocking {
+        Some([_, _, _, br, bc]) => (
+            [4.0, 8.0, 16.0, 32.0, 64.0].into_iter().filter(|x| *x <= br as f64).collect(),
+            vec![bc as f64],
+        ),
+        None => (vec![16.0, 32.0, 64.0, 128.0], vec![32.0, 64.0, 128.0, 256.0]),
+    };
+    for &br in &brs {
+        for &bc in &bcs {
+            let (br, bc) = (f64::min(br, sq.max(1.0)), f64::min(bc, sk.max(1.0)));
+            let qt = (sq / br).ceil().max(1.0);
+            // K and V of one (batch, head) are read once per unit: on the host a unit
+            // is as many query blocks of a head as leave two units per core (the
+            // runtime's choice), on Ascend one query block.
+            let kv_reads = if target.runtime_blocking.is_some() {
+                (2.0 * target.cores.max(1) as f64 / batch).ceil().clamp(1.0, qt)
+            } else {
+                qt
+            };
+            let (kv_hbm, kv_llc) = cx.reread(kv_bytes / batch, kv_reads);
+            let bytes = (q_bytes + kv_hbm * batch + mask_bytes + out_bytes, kv_llc * batch);
+            let onchip = (br * d + (bc * d + bc * dv) * db + br * bc + br * dv) * 4.0;
+            let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
+            let use_ = vec![(mem_name.to_string(), cx.align(onchip))];
+            let eff = (br / (br + 8.0)) * (bc / (bc + 16.0));
+            // One exp per score, plus the rescale per row and key block.
+            let t_exp = batch * sq * sk + batch * sq * (sk / bc).ceil();
+            // K and V once per unit, Q once, P per key block. On the host, Q (f32
+            // with contiguous rows) and P are read in place, and V, K with contiguous
+            // rows are copies at the in-cache bandwidth; a transposed K is gathered.
+            let pack = if target.runtime_blocking.is_some() {
+                let contiguous = |v: NodeId| {
+                    crate::layout::resolve(g, v).strides.last().and_then(|s| s.as_const())
+                        == Some(1)
+                };
+                let (q, kt, v) =
+                    (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
+                let copy = |v: NodeId, elems: f64| {
+                    elems * (g.node(v).dtype.size() + 4) as f64 / cx.llc_bw()
+                };
+                let q_us = if g.node(q).dtype == crate::ir::DType::F32 && contiguous(q) {
+                    0.0
+                } else {
+                    cx.pack_us(batch * sq * d)
+                };
+                let k_us = if contiguous(kt) {
+                    copy(kt, batch * kv_reads * sk * d)
+                } else {
+                    cx.pack_us(batch * kv_reads * sk * d)
+                };
+                let v_us = if contiguous(v) {
+                    copy(v, batch * kv_reads * sk * dv)
+                } else {
+                    cx.pack_us(batch * kv_reads * sk * dv)
+                };
+                q_us + k_us + v_us
+            } else {
+                cx.pack_us(batch * (sq * d + kv_reads * sk * (d + dv) + sq * sk))
+            };
+            let (exec, mem, comp, wave) = cx.exec_us(
+                bytes,
+                cached,
+                mm_flops,
+                vec_f,
+                t_exp,
+                pack,
+                eff,
+                one_block(batch * qt, Some(4.0 * batch * sq * sk * d)),
+                target.matrix_cores,
+            );
+            let ok = cx.fits(&use_);
+            cands.push((
+                exec,
+                mem,
+                comp,
+                wave,
+                bytes,
+                Tiling::Flash { br: br as i64, bc: bc as i64 },
+                use_,
+                ok,
+            ));
+        }
+    }
+    best(cands, launch, mm_flops + vec_f)
 }

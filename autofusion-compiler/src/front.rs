@@ -510,36 +510,10 @@ impl<'a> Lower<'a> {
             self.diags.push(Diag::new(fp.span(), "expected an op name, not a path"));
             return None;
         };
-        let name = ident.to_string();
-        let args: Vec<&Expr> = c.args.iter().collect();
-        let whole = c.span();
-        let arity = |this: &mut Self, want: &str, ok: bool| -> bool {
-            if !ok {
-                this.diags.push(
-                    Diag::new(
-                        c.paren_token.span.join(),
-                        format!("`{name}` takes {want}, {} given", args.len()),
-                    )
-                    .help(format!("usage: {}", usage(&name))),
-                );
-            }
-            ok
-        };
-        // Lower tensor arguments once, reporting every argument error.
-        let tensors = |this: &mut Self, idx: &[usize]| -> Option<Vec<NodeId>> {
-            let mut out = Vec::new();
-            let mut ok = true;
-            for &i in idx {
-                match this.expr(args[i]).and_then(|v| {
-                    this.tensor(v, args[i].span(), &format!("argument {} of `{name}`", i + 1))
-                }) {
-                    Some(t) => out.push(t),
-                    None => ok = false,
-                }
-            }
-            ok.then_some(out)
-        };
-        let spans: Vec<Span> = args.iter().map(|a| a.span()).collect();
+        let k = Call::new(c, ident.to_string());
+        let (name, args, spans, whole) = (&k.name, &k.args, &k.spans, k.whole);
+        let arity = |this: &mut Self, want: &str, ok: bool| k.arity(this, want, ok);
+        let tensors = |this: &mut Self, idx: &[usize]| k.tensors(this, idx);
         if let Some(u) = UnaryOp::ALL.iter().find(|u| u.name() == name) {
             if !arity(self, "1 argument", args.len() == 1) {
                 return None;
@@ -549,7 +523,7 @@ impl<'a> Lower<'a> {
                 Val::Poison => None,
                 v => {
                     let t = self.tensor(v, spans[0], "the operand")?;
-                    self.emit(Op::Unary(*u), vec![t], &spans, whole, None).map(Val::T)
+                    self.emit(Op::Unary(*u), vec![t], spans, whole, None).map(Val::T)
                 }
             };
         }
@@ -580,21 +554,21 @@ impl<'a> Lower<'a> {
                     "max" => Op::Reduce { kind: ReduceKind::Max, axis },
                     _ => Op::Softmax { axis },
                 };
-                self.emit(op, vec![t], &spans, whole, None).map(Val::T)
+                self.emit(op, vec![t], spans, whole, None).map(Val::T)
             }
             "matmul" => {
                 if !arity(self, "2 arguments", args.len() == 2) {
                     return None;
                 }
                 let ts = tensors(self, &[0, 1])?;
-                self.emit(Op::MatMul, ts, &spans, whole, None).map(Val::T)
+                self.emit(Op::MatMul, ts, spans, whole, None).map(Val::T)
             }
             "linear" => {
                 if !arity(self, "3 arguments (x, w, b)", args.len() == 3) {
                     return None;
                 }
                 let ts = tensors(self, &[0, 1, 2])?;
-                self.emit(Op::Linear, ts, &spans, whole, None).map(Val::T)
+                self.emit(Op::Linear, ts, spans, whole, None).map(Val::T)
             }
             "layer_norm" | "rms_norm" => {
                 let n = if name == "layer_norm" { 4 } else { 3 };
@@ -613,7 +587,7 @@ impl<'a> Lower<'a> {
                 let eps = self.scalar(args[n - 1], "eps");
                 let (ts, eps) = (ts?, eps?);
                 let op = if n == 4 { Op::LayerNorm { eps } } else { Op::RmsNorm { eps } };
-                self.emit(op, ts, &spans, whole, None).map(Val::T)
+                self.emit(op, ts, spans, whole, None).map(Val::T)
             }
             "cast" => {
                 if !arity(self, "2 arguments (x, dtype)", args.len() == 2) {
@@ -629,15 +603,41 @@ impl<'a> Lower<'a> {
                     return None;
                 };
                 let s = self.ty(t).0.clone();
-                self.emit(Op::Cast, vec![t], &spans, whole, Some((d, &s))).map(Val::T)
+                self.emit(Op::Cast, vec![t], spans, whole, Some((d, &s))).map(Val::T)
             }
             "causal_mask" => {
                 if !arity(self, "1 argument", args.len() == 1) {
                     return None;
                 }
                 let t = tensors(self, &[0])?;
-                self.emit(Op::CausalMask, t, &spans, whole, None).map(Val::T)
+                self.emit(Op::CausalMask, t, spans, whole, None).map(Val::T)
             }
+            "reshape" | "transpose" | "slice" | "split" | "concat" | "split_heads"
+            | "merge_heads" => self.call_layout(&k),
+            "attention" | "rope" => self.call_sugar(&k),
+            _ => {
+                let mut d = Diag::new(ident.span(), format!("unknown op `{name}`"));
+                if let Some(k) = suggest(name, KNOWN_OPS.iter().copied()) {
+                    d = d.help(format!("did you mean `{k}`?"));
+                } else {
+                    d = d.help("see the op table in the autofusion docs: matmul, linear, layer_norm, softmax, silu, ...");
+                }
+                self.diags.push(d);
+                // Still lower the arguments, to report their errors too.
+                for a in args.iter() {
+                    let _ = self.expr(a);
+                }
+                None
+            }
+        }
+    }
+
+    /// Layout ops: views (`reshape`, `transpose`, `slice`, `split`, `split_heads`, `merge_heads`) and `concat`.
+    fn call_layout(&mut self, k: &Call) -> Option<Val> {
+        let (name, args, spans, whole) = (&k.name, &k.args, &k.spans, k.whole);
+        let arity = |this: &mut Self, want: &str, ok: bool| k.arity(this, want, ok);
+        let tensors = |this: &mut Self, idx: &[usize]| k.tensors(this, idx);
+        match name.as_str() {
             "reshape" => {
                 if !arity(self, "2 arguments (x, [dims])", args.len() == 2) {
                     return None;
@@ -653,7 +653,7 @@ impl<'a> Lower<'a> {
                     shape.push(self.dim(el, false)?);
                 }
                 let d = self.ty(t).1;
-                self.emit(Op::Reshape, vec![t], &spans, whole, Some((d, &shape))).map(Val::T)
+                self.emit(Op::Reshape, vec![t], spans, whole, Some((d, &shape))).map(Val::T)
             }
             "transpose" => {
                 if !arity(self, "3 arguments (x, axis_a, axis_b)", args.len() == 3) {
@@ -666,7 +666,7 @@ impl<'a> Lower<'a> {
                 let (a, b) = (a?, b?);
                 let mut perm: Vec<usize> = (0..r).collect();
                 perm.swap(a, b);
-                self.emit(Op::Transpose { perm }, vec![t], &spans, whole, None).map(Val::T)
+                self.emit(Op::Transpose { perm }, vec![t], spans, whole, None).map(Val::T)
             }
             "slice" => {
                 if !arity(self, "4 arguments (x, axis, start, end)", args.len() == 4) {
@@ -688,7 +688,7 @@ impl<'a> Lower<'a> {
                         return None;
                     }
                 }
-                self.emit(Op::Slice { axis, start, end }, vec![t], &spans, whole, None).map(Val::T)
+                self.emit(Op::Slice { axis, start, end }, vec![t], spans, whole, None).map(Val::T)
             }
             "split" => {
                 if !arity(self, "3 arguments (x, parts, axis)", args.len() == 3) {
@@ -723,7 +723,7 @@ impl<'a> Lower<'a> {
                     outs.push(self.emit(
                         Op::Slice { axis, start, end },
                         vec![t],
-                        &spans,
+                        spans,
                         whole,
                         None,
                     )?);
@@ -781,10 +781,10 @@ impl<'a> Lower<'a> {
                 let mut to = s[..r - 1].to_vec();
                 to.push(h);
                 to.push(dh);
-                let x = self.emit(Op::Reshape, vec![t], &spans, whole, Some((d, &to)))?;
+                let x = self.emit(Op::Reshape, vec![t], spans, whole, Some((d, &to)))?;
                 let mut perm: Vec<usize> = (0..r + 1).collect();
                 perm.swap(r - 2, r - 1);
-                self.emit(Op::Transpose { perm }, vec![x], &spans, whole, None).map(Val::T)
+                self.emit(Op::Transpose { perm }, vec![x], spans, whole, None).map(Val::T)
             }
             "merge_heads" => {
                 if !arity(self, "1 argument", args.len() == 1) {
@@ -805,12 +805,22 @@ impl<'a> Lower<'a> {
                 }
                 let mut perm: Vec<usize> = (0..r).collect();
                 perm.swap(r - 3, r - 2);
-                let x = self.emit(Op::Transpose { perm }, vec![t], &spans, whole, None)?;
+                let x = self.emit(Op::Transpose { perm }, vec![t], spans, whole, None)?;
                 let mut to = s[..r - 3].to_vec();
                 to.push(s[r - 2].clone());
                 to.push(s[r - 3].mul(&s[r - 1]));
-                self.emit(Op::Reshape, vec![x], &spans, whole, Some((d, &to))).map(Val::T)
+                self.emit(Op::Reshape, vec![x], spans, whole, Some((d, &to))).map(Val::T)
             }
+            _ => unreachable!("`{name}` is dispatched to call_layout by `call`"),
+        }
+    }
+
+    /// Sugar expanded by canonicalisation: `attention`, `rope`.
+    fn call_sugar(&mut self, k: &Call) -> Option<Val> {
+        let (name, args, spans, whole) = (&k.name, &k.args, &k.spans, k.whole);
+        let arity = |this: &mut Self, want: &str, ok: bool| k.arity(this, want, ok);
+        let tensors = |this: &mut Self, idx: &[usize]| k.tensors(this, idx);
+        match name.as_str() {
             "attention" => {
                 if !arity(
                     self,
@@ -832,30 +842,16 @@ impl<'a> Lower<'a> {
                         (false, true)
                     }
                 };
-                self.emit(Op::Attention { scale, causal, mask }, ts, &spans, whole, None)
-                    .map(Val::T)
+                self.emit(Op::Attention { scale, causal, mask }, ts, spans, whole, None).map(Val::T)
             }
             "rope" => {
                 if !arity(self, "3 arguments (x, cos, sin)", args.len() == 3) {
                     return None;
                 }
                 let ts = tensors(self, &[0, 1, 2])?;
-                self.emit(Op::Rope, ts, &spans, whole, None).map(Val::T)
+                self.emit(Op::Rope, ts, spans, whole, None).map(Val::T)
             }
-            _ => {
-                let mut d = Diag::new(ident.span(), format!("unknown op `{name}`"));
-                if let Some(k) = suggest(&name, KNOWN_OPS.iter().copied()) {
-                    d = d.help(format!("did you mean `{k}`?"));
-                } else {
-                    d = d.help("see the op table in the autofusion docs: matmul, linear, layer_norm, softmax, silu, ...");
-                }
-                self.diags.push(d);
-                // Still lower the arguments, to report their errors too.
-                for a in &args {
-                    let _ = self.expr(a);
-                }
-                None
-            }
+            _ => unreachable!("`{name}` is dispatched to call_sugar by `call`"),
         }
     }
 
@@ -966,6 +962,51 @@ impl<'a> Lower<'a> {
                 "unsupported statement: items are not allowed in a fused graph",
             )),
         }
+    }
+}
+
+/// One DSL call being lowered: the op name, its arguments and their spans.
+struct Call<'c> {
+    c: &'c syn::ExprCall,
+    name: String,
+    args: Vec<&'c Expr>,
+    spans: Vec<Span>,
+    whole: Span,
+}
+
+impl<'c> Call<'c> {
+    fn new(c: &'c syn::ExprCall, name: String) -> Call<'c> {
+        let args: Vec<&Expr> = c.args.iter().collect();
+        let spans = args.iter().map(|a| a.span()).collect();
+        Call { c, name, args, spans, whole: c.span() }
+    }
+
+    /// Whether the argument count is right (`ok`); if not, an error saying what `want`s.
+    fn arity(&self, lw: &mut Lower, want: &str, ok: bool) -> bool {
+        if !ok {
+            lw.diags.push(
+                Diag::new(
+                    self.c.paren_token.span.join(),
+                    format!("`{}` takes {want}, {} given", self.name, self.args.len()),
+                )
+                .help(format!("usage: {}", usage(&self.name))),
+            );
+        }
+        ok
+    }
+
+    /// Lower the tensor arguments `idx` once, reporting every argument error.
+    fn tensors(&self, lw: &mut Lower, idx: &[usize]) -> Option<Vec<NodeId>> {
+        let mut out = Vec::new();
+        let mut ok = true;
+        for &i in idx {
+            let what = format!("argument {} of `{}`", i + 1, self.name);
+            match lw.expr(self.args[i]).and_then(|v| lw.tensor(v, self.args[i].span(), &what)) {
+                Some(t) => out.push(t),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
     }
 }
 

@@ -6,7 +6,8 @@ use crate::plan::{describe, Decision, Plan};
 use serde_json::json;
 use std::fmt::Write;
 
-/// The seed-style summary (DESIGN.md section 5).
+/// The summary lines of the original graph-autofusion tool: operators found, fusion
+/// candidates, estimated benefit, operators fused into kernels, generated code.
 pub fn summary(g: &Graph, plan: &Plan, files: &[String]) -> Vec<String> {
     let ops = g.kernel_op_count();
     let fused = plan.groups.iter().filter(|gr| gr.nodes.len() > 1).count();

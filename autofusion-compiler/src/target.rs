@@ -134,7 +134,9 @@ impl Target {
     }
 
     /// Atlas A2 (Ascend 910B2): 24 AIC + 48 AIV, UB 192 KB, L1 512 KB, L0A/L0B 64 KB,
-    /// L0C 128 KB, 32-byte alignment, double buffering (`shared/docs/ascend-c.md` section 8).
+    /// L0C 128 KB, 32-byte alignment, double buffering (asc-devkit
+    /// `docs/zh/guide/.../硬件约束/NPU架构版本2201.md`: UB 192 KB per AIV less 256 B and the 8 KB
+    /// Ascend C reserve = 188160 B; L1 512 KB; L0A/L0B 64 KB; L0C 128 KB).
     /// HBM bandwidth, clock and launch cost are not in the devkit: the figures below are
     /// assumptions, stated as such in `sources`, to be replaced by measurements on hardware.
     pub fn ascend910b() -> Target {
@@ -142,10 +144,10 @@ impl Target {
             name: "ascend910b".into(),
             cores: 48,
             matrix_cores: 24,
-            // Assumed 1.6 TB/s (the upper end of public 910B claims; docs/planner.md's example).
+            // Assumed 1.6 TB/s: the upper end of public 910B claims, not measured here.
             bandwidth_bytes_per_us: 1.6e6,
             // 192 MB L2 (public 910B figure, not in the devkit); re-reads that hit it at 2.5x
-            // HBM bandwidth (the factor XLA's GPU model uses for L2 hits, docs/planner.md).
+            // HBM bandwidth (the factor XLA's GPU cost model uses for L2 hits).
             llc_bytes: 192 << 20,
             llc_bandwidth_bytes_per_us: 4.0e6,
             // 8192 FLOP/cycle/AIC x 24 AIC x an assumed 1.65 GHz ~ 324 TFLOP/s fp16.
@@ -173,7 +175,7 @@ impl Target {
             ],
             onchip_fraction: 0.8,
             sources: vec![
-                "cores, UB/L1/L0 sizes, 32 B alignment, cube 8192 FLOP/cycle: asc-devkit NPU arch 2201 pages (docs/ascend-c.md s. 8)".into(),
+                "cores, UB/L1/L0 sizes, 32 B alignment, cube 8192 FLOP/cycle: asc-devkit NPU arch 2201 constraint pages".into(),
                 "HBM 1.6 TB/s, L2 192 MB at 4 TB/s, clock 1.65 GHz, launch 5 us: assumptions (not in the devkit; measure on hardware)".into(),
             ],
         }

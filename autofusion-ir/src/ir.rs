@@ -429,283 +429,291 @@ pub fn infer(
             Ok((shape(0), ins[0].1))
         }
         Op::Cast => Ok((shape(0), target.expect("cast target").0)),
-        Op::Binary(b) => {
-            let d = same_dtype(ins, b.name())?;
-            let s = broadcast(ins[0].0, ins[1].0).ok_or_else(|| InferError {
-                operand: Some(1),
-                msg: format!(
-                    "shapes {} and {} cannot be broadcast together in `{}`",
-                    shape_str(ins[0].0),
-                    shape_str(ins[1].0),
-                    b.name()
-                ),
-                help: Some("axes are aligned from the right; each pair must be equal or 1".into()),
-            })?;
-            Ok((s, d))
+        Op::Binary(b) => infer_binary(*b, ins),
+        Op::Reduce { axis, .. } | Op::Softmax { axis } => infer_axis(op, axis, ins),
+        Op::MatMul | Op::Linear => infer_matmul(op, ins),
+        Op::Reshape => infer_reshape(ins, target),
+        Op::Transpose { perm } => infer_transpose(perm, ins),
+        Op::Slice { axis, start, end } => infer_slice(axis, start, end, ins),
+        Op::Concat { axis } => infer_concat(axis, ins),
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } => infer_norm(op, ins),
+        Op::Attention { mask, .. } => infer_attention(mask, ins),
+        Op::Rope => infer_rope(ins),
+    }
+}
+
+fn infer_binary(b: BinaryOp, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    let d = same_dtype(ins, b.name())?;
+    let s = broadcast(ins[0].0, ins[1].0).ok_or_else(|| InferError {
+        operand: Some(1),
+        msg: format!(
+            "shapes {} and {} cannot be broadcast together in `{}`",
+            shape_str(ins[0].0),
+            shape_str(ins[1].0),
+            b.name()
+        ),
+        help: Some("axes are aligned from the right; each pair must be equal or 1".into()),
+    })?;
+    Ok((s, d))
+}
+
+fn infer_axis(
+    op: &Op,
+    axis: &usize,
+    ins: &[(&Shape, DType)],
+) -> Result<(Shape, DType), InferError> {
+    let rank = |i: usize| ins[i].0.len();
+    let shape = |i: usize| ins[i].0.clone();
+    if *axis >= rank(0) {
+        return Err(err(None, format!("axis {axis} out of range for {}", shape_str(ins[0].0))));
+    }
+    let mut s = shape(0);
+    if matches!(op, Op::Reduce { .. }) {
+        s[*axis] = DimExpr::constant(1);
+    }
+    Ok((s, ins[0].1))
+}
+
+fn infer_matmul(op: &Op, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    let d = same_dtype(ins, "matmul")?;
+    let (a, b) = (ins[0].0, ins[1].0);
+    if a.len() < 2 {
+        return Err(err(
+            Some(0),
+            format!("matmul needs operands of rank >= 2, left is {}", shape_str(a)),
+        ));
+    }
+    if b.len() < 2 {
+        return Err(err(
+            Some(1),
+            format!("matmul needs operands of rank >= 2, right is {}", shape_str(b)),
+        ));
+    }
+    let k1 = &a[a.len() - 1];
+    let k2 = &b[b.len() - 2];
+    if k1 != k2 {
+        return Err(InferError {
+            operand: Some(1),
+            msg: format!(
+                "matmul inner dimensions differ: {} x {} ({k1} != {k2})",
+                shape_str(a),
+                shape_str(b)
+            ),
+            help: Some(
+                "the last axis of the left operand must equal the second-to-last of the right"
+                    .into(),
+            ),
+        });
+    }
+    let ba = a[..a.len() - 2].to_vec();
+    let bb = b[..b.len() - 2].to_vec();
+    let mut out = broadcast(&ba, &bb).ok_or_else(|| {
+        err(
+            Some(1),
+            format!(
+                "matmul batch axes {} and {} cannot be broadcast",
+                shape_str(&ba),
+                shape_str(&bb)
+            ),
+        )
+    })?;
+    out.push(a[a.len() - 2].clone());
+    out.push(b[b.len() - 1].clone());
+    if matches!(op, Op::Linear) {
+        let n = out.last().unwrap().clone();
+        if ins[2].0.len() != 1 || ins[2].0[0] != n {
+            return Err(InferError {
+                operand: Some(2),
+                msg: format!("linear bias has shape {}, expected [{n}]", shape_str(ins[2].0)),
+                help: None,
+            });
         }
-        Op::Reduce { axis, .. } | Op::Softmax { axis } => {
-            if *axis >= rank(0) {
-                return Err(err(
-                    None,
-                    format!("axis {axis} out of range for {}", shape_str(ins[0].0)),
-                ));
-            }
-            let mut s = shape(0);
-            if matches!(op, Op::Reduce { .. }) {
-                s[*axis] = DimExpr::constant(1);
-            }
-            Ok((s, ins[0].1))
-        }
-        Op::MatMul | Op::Linear => {
-            let d = same_dtype(ins, "matmul")?;
-            let (a, b) = (ins[0].0, ins[1].0);
-            if a.len() < 2 {
-                return Err(err(
-                    Some(0),
-                    format!("matmul needs operands of rank >= 2, left is {}", shape_str(a)),
-                ));
-            }
-            if b.len() < 2 {
-                return Err(err(
-                    Some(1),
-                    format!("matmul needs operands of rank >= 2, right is {}", shape_str(b)),
-                ));
-            }
-            let k1 = &a[a.len() - 1];
-            let k2 = &b[b.len() - 2];
-            if k1 != k2 {
-                return Err(InferError {
-                    operand: Some(1),
-                    msg: format!(
-                        "matmul inner dimensions differ: {} x {} ({k1} != {k2})",
-                        shape_str(a),
-                        shape_str(b)
-                    ),
-                    help: Some("the last axis of the left operand must equal the second-to-last of the right".into()),
-                });
-            }
-            let ba = a[..a.len() - 2].to_vec();
-            let bb = b[..b.len() - 2].to_vec();
-            let mut out = broadcast(&ba, &bb).ok_or_else(|| {
-                err(
-                    Some(1),
-                    format!(
-                        "matmul batch axes {} and {} cannot be broadcast",
-                        shape_str(&ba),
-                        shape_str(&bb)
-                    ),
-                )
-            })?;
-            out.push(a[a.len() - 2].clone());
-            out.push(b[b.len() - 1].clone());
-            if matches!(op, Op::Linear) {
-                let n = out.last().unwrap().clone();
-                if ins[2].0.len() != 1 || ins[2].0[0] != n {
-                    return Err(InferError {
-                        operand: Some(2),
-                        msg: format!(
-                            "linear bias has shape {}, expected [{n}]",
-                            shape_str(ins[2].0)
-                        ),
-                        help: None,
-                    });
-                }
-                if ins[2].1 != d {
-                    return Err(err(
-                        Some(2),
-                        format!("dtype mismatch in linear: {d} and {}", ins[2].1),
-                    ));
-                }
-            }
-            Ok((out, d))
-        }
-        Op::Reshape => {
-            let to = target.expect("reshape target").1;
-            let (n0, n1) = (crate::dim::numel(ins[0].0), crate::dim::numel(to));
-            if n0 != n1 {
-                return Err(err(
-                    None,
-                    format!(
-                        "cannot reshape {} ({n0} elements) to {} ({n1} elements)",
-                        shape_str(ins[0].0),
-                        shape_str(to)
-                    ),
-                ));
-            }
-            Ok((to.clone(), ins[0].1))
-        }
-        Op::Transpose { perm } => {
-            let mut p = perm.clone();
-            p.sort();
-            if perm.len() != rank(0) || p != (0..rank(0)).collect::<Vec<_>>() {
-                return Err(err(
-                    None,
-                    format!("permutation {perm:?} does not fit {}", shape_str(ins[0].0)),
-                ));
-            }
-            Ok((perm.iter().map(|&i| ins[0].0[i].clone()).collect(), ins[0].1))
-        }
-        Op::Slice { axis, start, end } => {
-            if *axis >= rank(0) {
-                return Err(err(
-                    None,
-                    format!("axis {axis} out of range for {}", shape_str(ins[0].0)),
-                ));
-            }
-            let mut s = shape(0);
-            s[*axis] = end.sub(start);
-            Ok((s, ins[0].1))
-        }
-        Op::Concat { axis } => {
-            let d = same_dtype(ins, "concat")?;
-            let r = rank(0);
-            if *axis >= r {
-                return Err(err(
-                    None,
-                    format!("axis {axis} out of range for {}", shape_str(ins[0].0)),
-                ));
-            }
-            let mut s = shape(0);
-            for (i, (sh, _)) in ins.iter().enumerate().skip(1) {
-                if sh.len() != r {
-                    return Err(err(
-                        Some(i),
-                        format!(
-                            "concat rank mismatch: {} and {}",
-                            shape_str(ins[0].0),
-                            shape_str(sh)
-                        ),
-                    ));
-                }
-                for ax in 0..r {
-                    if ax != *axis && sh[ax] != ins[0].0[ax] {
-                        return Err(err(
-                            Some(i),
-                            format!(
-                                "concat shapes {} and {} differ off axis {axis}",
-                                shape_str(ins[0].0),
-                                shape_str(sh)
-                            ),
-                        ));
-                    }
-                }
-                s[*axis] = s[*axis].add(&sh[*axis]);
-            }
-            Ok((s, d))
-        }
-        Op::LayerNorm { .. } | Op::RmsNorm { .. } => {
-            let d = same_dtype(ins, &op.name())?;
-            let x = ins[0].0;
-            if x.is_empty() {
-                return Err(err(Some(0), format!("{} needs rank >= 1", op.name())));
-            }
-            let last = x.last().unwrap();
-            for (i, (s, _)) in ins.iter().enumerate().skip(1) {
-                if s.len() != 1 {
-                    return Err(InferError {
-                        operand: Some(i),
-                        msg: format!(
-                            "rank mismatch: {} parameter has shape {}, expected [{last}]",
-                            op.name(),
-                            shape_str(s)
-                        ),
-                        help: Some("norm weights are vectors over the last axis".into()),
-                    });
-                }
-                if &s[0] != last {
-                    return Err(err(
-                        Some(i),
-                        format!(
-                            "{} parameter has shape {}, expected [{last}] to match {}",
-                            op.name(),
-                            shape_str(s),
-                            shape_str(x)
-                        ),
-                    ));
-                }
-            }
-            Ok((x.clone(), d))
-        }
-        Op::Attention { mask, .. } => {
-            let d = same_dtype(ins, "attention")?;
-            let (q, k, v) = (ins[0].0, ins[1].0, ins[2].0);
-            if q.len() < 2 || k.len() != q.len() || v.len() != q.len() {
-                return Err(err(
-                    None,
-                    format!(
-                        "attention needs q, k, v of one rank >= 2, got {}, {}, {}",
-                        shape_str(q),
-                        shape_str(k),
-                        shape_str(v)
-                    ),
-                ));
-            }
-            let r = q.len();
-            if q[r - 1] != k[r - 1] {
-                return Err(err(
-                    Some(1),
-                    format!(
-                        "attention head dims differ: q {} and k {}",
-                        shape_str(q),
-                        shape_str(k)
-                    ),
-                ));
-            }
-            if k[r - 2] != v[r - 2] {
-                return Err(err(
-                    Some(2),
-                    format!(
-                        "attention key lengths differ: k {} and v {}",
-                        shape_str(k),
-                        shape_str(v)
-                    ),
-                ));
-            }
-            let mut out = q.clone();
-            out[r - 1] = v[r - 1].clone();
-            if *mask {
-                let mut sc = q.clone();
-                sc[r - 1] = k[r - 2].clone();
-                if broadcast(&sc, ins[3].0).as_ref() != Some(&sc) {
-                    return Err(err(
-                        Some(3),
-                        format!(
-                            "attention mask {} does not broadcast to the scores {}",
-                            shape_str(ins[3].0),
-                            shape_str(&sc)
-                        ),
-                    ));
-                }
-            }
-            Ok((out, d))
-        }
-        Op::Rope => {
-            let d = same_dtype(ins, "rope")?;
-            let x = ins[0].0;
-            let last = x.last().cloned().unwrap_or(DimExpr::constant(0));
-            if last.div_const(2).map(|h| h.mul(&DimExpr::constant(2))) != Some(last.clone())
-                || last.as_const().is_some_and(|v| v % 2 != 0)
-            {
-                return Err(err(
-                    Some(0),
-                    format!("rope needs an even last axis, got {}", shape_str(x)),
-                ));
-            }
-            for (i, (table, _)) in ins.iter().enumerate().skip(1) {
-                if broadcast(x, table).as_ref() != Some(x) {
-                    return Err(err(
-                        Some(i),
-                        format!(
-                            "rope table {} does not broadcast to {}",
-                            shape_str(table),
-                            shape_str(x)
-                        ),
-                    ));
-                }
-            }
-            Ok((x.clone(), d))
+        if ins[2].1 != d {
+            return Err(err(Some(2), format!("dtype mismatch in linear: {d} and {}", ins[2].1)));
         }
     }
+    Ok((out, d))
+}
+
+fn infer_reshape(
+    ins: &[(&Shape, DType)],
+    target: Option<(DType, &Shape)>,
+) -> Result<(Shape, DType), InferError> {
+    let to = target.expect("reshape target").1;
+    let (n0, n1) = (crate::dim::numel(ins[0].0), crate::dim::numel(to));
+    if n0 != n1 {
+        return Err(err(
+            None,
+            format!(
+                "cannot reshape {} ({n0} elements) to {} ({n1} elements)",
+                shape_str(ins[0].0),
+                shape_str(to)
+            ),
+        ));
+    }
+    Ok((to.clone(), ins[0].1))
+}
+
+fn infer_transpose(perm: &[usize], ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    let rank = |i: usize| ins[i].0.len();
+    let mut p = perm.to_vec();
+    p.sort();
+    if perm.len() != rank(0) || p != (0..rank(0)).collect::<Vec<_>>() {
+        return Err(err(
+            None,
+            format!("permutation {perm:?} does not fit {}", shape_str(ins[0].0)),
+        ));
+    }
+    Ok((perm.iter().map(|&i| ins[0].0[i].clone()).collect(), ins[0].1))
+}
+
+fn infer_slice(
+    axis: &usize,
+    start: &DimExpr,
+    end: &DimExpr,
+    ins: &[(&Shape, DType)],
+) -> Result<(Shape, DType), InferError> {
+    let rank = |i: usize| ins[i].0.len();
+    let shape = |i: usize| ins[i].0.clone();
+    if *axis >= rank(0) {
+        return Err(err(None, format!("axis {axis} out of range for {}", shape_str(ins[0].0))));
+    }
+    let mut s = shape(0);
+    s[*axis] = end.sub(start);
+    Ok((s, ins[0].1))
+}
+
+fn infer_concat(axis: &usize, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    let rank = |i: usize| ins[i].0.len();
+    let shape = |i: usize| ins[i].0.clone();
+    let d = same_dtype(ins, "concat")?;
+    let r = rank(0);
+    if *axis >= r {
+        return Err(err(None, format!("axis {axis} out of range for {}", shape_str(ins[0].0))));
+    }
+    let mut s = shape(0);
+    for (i, (sh, _)) in ins.iter().enumerate().skip(1) {
+        if sh.len() != r {
+            return Err(err(
+                Some(i),
+                format!("concat rank mismatch: {} and {}", shape_str(ins[0].0), shape_str(sh)),
+            ));
+        }
+        for ax in 0..r {
+            if ax != *axis && sh[ax] != ins[0].0[ax] {
+                return Err(err(
+                    Some(i),
+                    format!(
+                        "concat shapes {} and {} differ off axis {axis}",
+                        shape_str(ins[0].0),
+                        shape_str(sh)
+                    ),
+                ));
+            }
+        }
+        s[*axis] = s[*axis].add(&sh[*axis]);
+    }
+    Ok((s, d))
+}
+
+fn infer_norm(op: &Op, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    let d = same_dtype(ins, &op.name())?;
+    let x = ins[0].0;
+    if x.is_empty() {
+        return Err(err(Some(0), format!("{} needs rank >= 1", op.name())));
+    }
+    let last = x.last().unwrap();
+    for (i, (s, _)) in ins.iter().enumerate().skip(1) {
+        if s.len() != 1 {
+            return Err(InferError {
+                operand: Some(i),
+                msg: format!(
+                    "rank mismatch: {} parameter has shape {}, expected [{last}]",
+                    op.name(),
+                    shape_str(s)
+                ),
+                help: Some("norm weights are vectors over the last axis".into()),
+            });
+        }
+        if &s[0] != last {
+            return Err(err(
+                Some(i),
+                format!(
+                    "{} parameter has shape {}, expected [{last}] to match {}",
+                    op.name(),
+                    shape_str(s),
+                    shape_str(x)
+                ),
+            ));
+        }
+    }
+    Ok((x.clone(), d))
+}
+
+fn infer_attention(mask: &bool, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    let d = same_dtype(ins, "attention")?;
+    let (q, k, v) = (ins[0].0, ins[1].0, ins[2].0);
+    if q.len() < 2 || k.len() != q.len() || v.len() != q.len() {
+        return Err(err(
+            None,
+            format!(
+                "attention needs q, k, v of one rank >= 2, got {}, {}, {}",
+                shape_str(q),
+                shape_str(k),
+                shape_str(v)
+            ),
+        ));
+    }
+    let r = q.len();
+    if q[r - 1] != k[r - 1] {
+        return Err(err(
+            Some(1),
+            format!("attention head dims differ: q {} and k {}", shape_str(q), shape_str(k)),
+        ));
+    }
+    if k[r - 2] != v[r - 2] {
+        return Err(err(
+            Some(2),
+            format!("attention key lengths differ: k {} and v {}", shape_str(k), shape_str(v)),
+        ));
+    }
+    let mut out = q.clone();
+    out[r - 1] = v[r - 1].clone();
+    if *mask {
+        let mut sc = q.clone();
+        sc[r - 1] = k[r - 2].clone();
+        if broadcast(&sc, ins[3].0).as_ref() != Some(&sc) {
+            return Err(err(
+                Some(3),
+                format!(
+                    "attention mask {} does not broadcast to the scores {}",
+                    shape_str(ins[3].0),
+                    shape_str(&sc)
+                ),
+            ));
+        }
+    }
+    Ok((out, d))
+}
+
+fn infer_rope(ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    let d = same_dtype(ins, "rope")?;
+    let x = ins[0].0;
+    let last = x.last().cloned().unwrap_or(DimExpr::constant(0));
+    if last.div_const(2).map(|h| h.mul(&DimExpr::constant(2))) != Some(last.clone())
+        || last.as_const().is_some_and(|v| v % 2 != 0)
+    {
+        return Err(err(Some(0), format!("rope needs an even last axis, got {}", shape_str(x))));
+    }
+    for (i, (table, _)) in ins.iter().enumerate().skip(1) {
+        if broadcast(x, table).as_ref() != Some(x) {
+            return Err(err(
+                Some(i),
+                format!("rope table {} does not broadcast to {}", shape_str(table), shape_str(x)),
+            ));
+        }
+    }
+    Ok((x.clone(), d))
 }
 
 /// How many inputs an op takes.

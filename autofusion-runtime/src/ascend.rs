@@ -355,7 +355,7 @@ impl AscendModule {
                 v.insert(DevState { stream, params: HashMap::new(), arena: None })
             }
         };
-        if st.arena.as_ref().map_or(true, |a| a.bytes < plan.arena_bytes) {
+        if st.arena.as_ref().is_none_or(|a| a.bytes < plan.arena_bytes) {
             st.arena = None;
             st.arena = Some(DevBuf::new(device, plan.arena_bytes)?);
         }
@@ -368,7 +368,7 @@ impl AscendModule {
             let fresh = st
                 .params
                 .get(&i)
-                .map_or(true, |(stamp, buf)| *stamp != t.stamp() || buf.bytes < t.nbytes());
+                .is_none_or(|(stamp, buf)| *stamp != t.stamp() || buf.bytes < t.nbytes());
             if fresh {
                 st.params.remove(&i);
                 let buf = DevBuf::new(device, t.nbytes())?;

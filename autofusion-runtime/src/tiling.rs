@@ -165,7 +165,7 @@ pub struct AscendTiling {
 const _: () =
     assert!(std::mem::size_of::<AscendTiling>() == autofusion_ir::abi::ascend_tiling_bytes());
 
-/// Ascend 910B figures DynamicTiling works with (docs/ascend-c.md §1.1, §8): vector cores,
+/// Ascend 910B figures DynamicTiling works with (asc-devkit arch-2201 pages and platform stubs): vector cores,
 /// cube cores, the UB an `InitBuffer` may take (192 KB less the 8 KB Ascend C reserve),
 /// and the Matmul API's system workspace.
 pub const ASCEND_AIV: i64 = 48;

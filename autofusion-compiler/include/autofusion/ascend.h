@@ -4,7 +4,8 @@
 #ifndef AUTOFUSION_ASCEND_H
 #define AUTOFUSION_ASCEND_H
 
-/* Read kernel `k`'s tiling from GM once (scalar reads go through the data cache; doc §4.1). */
+/* Read kernel `k`'s tiling from GM once (scalar reads go through the data cache, as
+ * CATLASS's dynamic matmul kernels copy theirs once). */
 __aicore__ inline void af_load_tiling(GM_ADDR tilings, int64_t k, AfTiling &t) {
     AscendC::GlobalTensor<int64_t> w;
     w.SetGlobalBuffer((__gm__ int64_t *)(tilings + k * sizeof(AfTiling)), sizeof(AfTiling) / 8);
@@ -23,7 +24,8 @@ __aicore__ inline GM_ADDR af_buf(GM_ADDR args, int64_t i) {
 }
 __aicore__ inline int64_t af_min(int64_t a, int64_t b) { return a < b ? a : b; }
 __aicore__ inline int64_t af_max(int64_t a, int64_t b) { return a > b ? a : b; }
-/* Scalar math on the vector unit: one value through an 8-float UB scratch (doc §2.2). */
+/* Scalar math on the vector unit: one value through an 8-float UB scratch (the vector unit has no scalar
+ * transcendental instructions). */
 __aicore__ inline float af_s_exp(AscendC::LocalTensor<float> &s, float x) { s.SetValue(0, x); AscendC::Exp(s, s, 1); return s.GetValue(0); }
 __aicore__ inline float af_s_ln(AscendC::LocalTensor<float> &s, float x) { s.SetValue(0, x); AscendC::Ln(s, s, 1); return s.GetValue(0); }
 __aicore__ inline float af_s_sqrt(AscendC::LocalTensor<float> &s, float x) { s.SetValue(0, x); AscendC::Sqrt(s, s, 1); return s.GetValue(0); }

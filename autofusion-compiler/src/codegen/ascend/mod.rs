@@ -1,32 +1,35 @@
 //! Ascend C code generation (Atlas A2 / Ascend 910B, arch 2201): one `.asc` translation unit
 //! per graph variant, holding one `extern "C" __global__ __aicore__` kernel per fused group,
 //! an `extern "C"` launcher (bisheng compiles the `<<<>>>` launch; Rust cannot) and a module
-//! descriptor for the runtime. Facts and API references: `docs/ascend-c.md` of the project's
-//! shared notes (sections cited in the comments as "doc §n").
+//! descriptor for the runtime. API facts come from the asc-devkit headers and docs
+//! (`mirror-cann/asc-devkit`, `docs/zh/api/SIMD-API/...`) and its samples, cited by path.
 //!
 //! Every kernel has the same signature, `k(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace)`:
 //! `args` is a device table of `ASCEND_MAX_DIMS` dynamic dims (int64) followed by one device
 //! address per module buffer (uint64); `tilings` is one `AfTiling` per kernel, filled by the
-//! runtime's DynamicTiling from the actual shapes (doc §4.1, legacy dynamic flow: the kernel
+//! runtime's DynamicTiling from the actual shapes (the kernel direct-launch dynamic flow of
+//! CATLASS's `examples/102_dynamic_optimized_matmul`: a device copy of the struct; the kernel
 //! copies its struct from GM once); `workspace` is the system workspace of the Matmul API
 //! followed by the user workspace. One signature lets the opt_level-3 pipeline call every
-//! kernel body from one launch (doc §10, SuperKernel) with nothing but the same three pointers.
+//! kernel body from one launch (as hicann/graph-autofusion's SuperKernel calls compiled kernel
+//! bodies from one `__global__` entry) with nothing but the same three pointers.
 //!
 //! Kernel kinds:
 //! - rows (elementwise chains, reductions with their epilogues, add + norm, concat): vector
 //!   only (`KERNEL_TYPE_AIV_ONLY`). Rows are spread over the AIVs; each row is streamed in
 //!   chunks of `chunk` columns through the TPipe/TQue CopyIn -> Compute -> CopyOut pipeline
 //!   (double-buffered queues, `DataCopyPad` so any row length works, the count form of the
-//!   vector APIs, 32-byte aligned UB slots; doc §1.4, §1.6, §2.1). Reductions split a row into
+//!   vector APIs, 32-byte aligned UB slots: `basic_api/kernel_tpipe.h`,
+//!   `kernel_operator_data_copy_intf.h`). Reductions split a row into
 //!   phases: a phase that needs a value computed before a reduction recomputes it from the
 //!   inputs rather than keeping a whole row on chip, so UB use does not grow with the row.
 //! - matmul with prologue/epilogue: mix 1:2 (`KERNEL_TYPE_MIX_AIC_1_2`). The Matmul high-level
-//!   API runs on the cube (the AIVs issue the calls, doc §3.1); each AIV owns output tiles of
+//!   API runs on the cube (the AIVs issue the calls: `lib/matmul_intf.h`); each AIV owns output tiles of
 //!   `mc x nc`, has the cube write its tile into the AIV's slice of the user workspace, then
 //!   applies the epilogue in UB and writes the output (the explicit cube -> GM -> vector split
-//!   of doc §3.4 (b)). A norm prologue (or an operand view the Matmul API cannot address) is
+//!   of the devkit's `matmul_leakyrelu_advanced_api` sample). A norm prologue (or an operand view the Matmul API cannot address) is
 //!   applied by the AIVs first, writing the operand once to the workspace, then `SyncAll`: the
-//!   docs' recommended split (doc §11.9 "LayerNorm + Linear": A = normalised rows written by
+//!   split the devkit's fusion-operator guide recommends for LayerNorm + Linear (A = normalised rows written by
 //!   the AIVs to a GM workspace), because the cube cannot apply elementwise ops while loading
 //!   A and recomputing the statistics per N tile would repeat the vector work.
 //! - flash attention: mix 1:2 with two Matmul objects: S = Q K^T on the cube into the AIV's
@@ -34,9 +37,9 @@
 //!   P = exp(S - max) in place, running max and sum in UB), O += P V on the cube with atomic
 //!   accumulation into the AIV's output tile after the AIV rescaled it; no S x S buffer.
 //! - horizontal matmul groups: not generated (`generate` returns an error naming the kernel;
-//!   `Unit::variant_ascend` plans without the opt-in rule that forms them).
+//!   `Ascend::unsupported_rules` leaves out the opt-in rule that forms them).
 //! - the opt_level-3 pipeline: one mix launch calling every body in order, with `SyncAll`
-//!   between dependent kernels, AIV-only when neither side uses the cube (doc §10: sync only
+//!   between dependent kernels, AIV-only when neither side uses the cube (SuperKernel syncs only
 //!   the core types that need it).
 
 use super::emit::{c_float, c_string, ident, Emitter, Space};
@@ -227,7 +230,8 @@ impl Ub {
     fn fixed(&self) -> u32 {
         32 + 64 + 32 + 32 * (2 * self.queues.len() as u32 + 3) + self.extra_fixed
     }
-    /// Declarations at kernel scope (after any REGIST_MATMUL_OBJ: doc §1.4, split mode).
+    /// Declarations at kernel scope (after any REGIST_MATMUL_OBJ, which
+    /// initialises the pipe in split mode).
     fn decls(&self, ind: &str) -> String {
         let mut s = String::new();
         for (name, d, input) in &self.queues {
