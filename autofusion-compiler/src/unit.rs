@@ -127,11 +127,9 @@ impl Unit {
             Variant::Fused => o.opt_level,
             Variant::Unfused => 0,
         };
-        let mut rules = o.rules;
-        for r in plan::Rule::ALL {
-            if backend.unsupported_rules().contains(r) {
-                rules.remove(r);
-            }
+        let (mut rules, unsupported) = (o.rules, backend.unsupported_rules());
+        for r in plan::Rule::ALL.into_iter().filter(|r| unsupported.contains(*r)) {
+            rules.remove(r);
         }
         let plan = plan::plan(&self.graph, level, rules, &o.hints, backend.profile());
         self.build_plan(backend, v, plan, &self.symbol(v))
