@@ -5,21 +5,16 @@ use autofusion_compiler::group::GroupKind;
 use autofusion_compiler::plan::{plan, Rule, RuleSet};
 use autofusion_compiler::target::Target;
 use autofusion_compiler::testing::{random_graph, Rng};
-use autofusion_compiler::{find_graphs, ir::Op, report, Unit};
+use autofusion_compiler::{ir::Op, report, Options, Unit};
 use std::collections::BTreeSet;
-
-fn unit(src: &str) -> Unit {
-    let file = syn::parse_file(src).unwrap();
-    let (f, attr) = find_graphs(&file.items).remove(0);
-    Unit::parse(attr, f).unwrap_or_else(|d| panic!("{}\n{src}", d.render("random", src)))
-}
 
 #[test]
 fn random_plans_are_valid_and_deterministic() {
     let targets = [Target::host(), Target::ascend910b()];
     for seed in 0..60u64 {
-        let src = random_graph(seed, 4 + (seed as usize % 9));
-        let u = unit(&src);
+        let graph = random_graph(seed, 4 + (seed as usize % 9));
+        let src = graph.dump();
+        let u = Unit::from_graph(graph, Options::default()).unwrap();
         let g = &u.graph;
         let mut r = Rng::new(seed + 1000);
         for level in 0..=3u8 {

@@ -94,22 +94,15 @@ pub fn calibrated_host() -> autofusion_compiler::target::Target {
 }
 
 /// The compiler's twelve random layer-like graphs, each at opt_level 2 and 3:
-/// (seed, opt_level, source, unit).
+/// (seed, opt_level, the graph's dump for failure messages, unit).
 pub fn random_units() -> Vec<(u64, u8, String, autofusion_compiler::Unit)> {
     let mut out = Vec::new();
     for seed in 0..12u64 {
-        let src = autofusion_compiler::testing::random_graph(seed, 6 + seed as usize % 6);
-        let file = syn::parse_file(&src).unwrap();
-        let (f, attr) = autofusion_compiler::find_graphs(&file.items).remove(0);
-        let base = autofusion_compiler::front::parse_options(attr).unwrap();
+        let graph = autofusion_compiler::testing::random_graph(seed, 6 + seed as usize % 6);
         for level in [2u8, 3] {
-            let opts = autofusion_compiler::front::Options { opt_level: level, ..base.clone() };
-            out.push((
-                seed,
-                level,
-                src.clone(),
-                autofusion_compiler::Unit::with_options(opts, f).unwrap(),
-            ));
+            let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
+            let unit = autofusion_compiler::Unit::from_graph(graph.clone(), opts).unwrap();
+            out.push((seed, level, graph.dump(), unit));
         }
     }
     out

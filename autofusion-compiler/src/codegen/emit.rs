@@ -37,6 +37,115 @@ pub(crate) fn c_float(v: f64) -> String {
     }
 }
 
+/// Generated source that knows its block structure: every line is indented by the depth of the
+/// blocks around it, so generators say what nests (`open`/`close`, `block`, `indented`) and never
+/// count spaces. `fmt::Write` goes through the same indentation, so `writeln!(code, ...)` works;
+/// a string of several lines is indented line by line, and an empty line gets no indent.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Code {
+    text: String,
+    depth: usize,
+    at_line_start: bool,
+}
+
+/// One level of indentation in generated C and Ascend C.
+const INDENT: &str = "    ";
+
+impl Code {
+    pub(crate) fn new() -> Code {
+        Code { text: String::new(), depth: 0, at_line_start: true }
+    }
+    /// A writer whose lines start `depth` levels in (for code spliced into an enclosing block).
+    pub(crate) fn at_depth(depth: usize) -> Code {
+        Code { depth, ..Code::new() }
+    }
+    pub(crate) fn depth(&self) -> usize {
+        self.depth
+    }
+    /// One line (or several, each indented) at the current depth.
+    pub(crate) fn line(&mut self, s: impl AsRef<str>) -> &mut Code {
+        self.put(s.as_ref());
+        self.put("\n");
+        self
+    }
+    /// `head {` and one level deeper.
+    pub(crate) fn open(&mut self, head: impl AsRef<str>) -> &mut Code {
+        let head = head.as_ref();
+        if head.is_empty() {
+            self.line("{");
+        } else {
+            self.line(format!("{head} {{"));
+        }
+        self.depth += 1;
+        self
+    }
+    /// One level out and `}`.
+    pub(crate) fn close(&mut self) -> &mut Code {
+        self.close_with("")
+    }
+    /// One level out and `}` followed by `tail` (`;`, ` /* loop */`, ` else {` ...).
+    pub(crate) fn close_with(&mut self, tail: &str) -> &mut Code {
+        self.depth = self.depth.checked_sub(1).expect("close without open in generated code");
+        self.line(format!("}}{tail}"))
+    }
+    /// `head { ... }` with `body` one level deeper.
+    pub(crate) fn block(
+        &mut self,
+        head: impl AsRef<str>,
+        body: impl FnOnce(&mut Code),
+    ) -> &mut Code {
+        self.open(head);
+        body(self);
+        self.close()
+    }
+    /// `head { /* note */`, `body` one level deeper, `}`: `block` with a comment after the
+    /// brace (a bare `{ /* note */` when `head` is empty).
+    pub(crate) fn block_noted(
+        &mut self,
+        head: &str,
+        note: &str,
+        body: impl FnOnce(&mut Code),
+    ) -> &mut Code {
+        let brace = if head.is_empty() { "{".to_string() } else { format!("{head} {{") };
+        self.line(format!("{brace} /* {note} */"));
+        self.indented(body);
+        self.line("}")
+    }
+    /// `body` one level deeper, without braces.
+    pub(crate) fn indented(&mut self, body: impl FnOnce(&mut Code)) -> &mut Code {
+        self.depth += 1;
+        body(self);
+        self.depth -= 1;
+        self
+    }
+    /// Another writer's lines, re-indented to the current depth.
+    pub(crate) fn append(&mut self, other: &Code) -> &mut Code {
+        self.put(&other.text);
+        self
+    }
+    pub(crate) fn finish(self) -> String {
+        self.text
+    }
+    fn put(&mut self, s: &str) {
+        for piece in s.split_inclusive('\n') {
+            if self.at_line_start && piece != "\n" {
+                for _ in 0..self.depth {
+                    self.text.push_str(INDENT);
+                }
+            }
+            self.text.push_str(piece);
+            self.at_line_start = piece.ends_with('\n');
+        }
+    }
+}
+
+impl std::fmt::Write for Code {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.put(s);
+        Ok(())
+    }
+}
+
 /// One iteration space inside a kernel: its row decomposition and the accesses made in it.
 pub(crate) struct Space {
     /// Prefix of its C variables (`x` for the main space, `a`/`b` for matmul operands).
@@ -50,7 +159,8 @@ pub(crate) struct Emitter<'g> {
     pub(crate) g: &'g Graph,
     /// Buffer index of every materialised value the kernel reads or writes.
     pub(crate) buf: BTreeMap<NodeId, usize>,
-    pub(crate) decls: String,
+    /// Per-call declarations (access offsets and strides), one level into the kernel body.
+    pub(crate) decls: Code,
     pub(crate) n_access: usize,
     /// The column stride of each access when it is a constant (0 broadcast, 1 contiguous):
     /// emitted as a literal so the compiler sees unit-stride loops and vectorises them.
@@ -66,7 +176,7 @@ impl<'g> Emitter<'g> {
         Emitter {
             g,
             buf,
-            decls: String::new(),
+            decls: Code::at_depth(1),
             n_access: 0,
             col_stride: BTreeMap::new(),
             kname: kname.to_string(),
@@ -90,51 +200,46 @@ impl<'g> Emitter<'g> {
         let a = self.n_access;
         self.n_access += 1;
         let name = &self.g.node(view.base).name;
-        let _ = writeln!(self.decls, "    /* access {a}: {} ({name}) in space {} */", v, sp.tag);
-        let _ = writeln!(self.decls, "    const int64_t ac{a}_off = {};", self.dim(&view.offset));
+        let _ = writeln!(self.decls, "/* access {a}: {} ({name}) in space {} */", v, sp.tag);
+        let _ = writeln!(self.decls, "const int64_t ac{a}_off = {};", self.dim(&view.offset));
         for (d, s) in strides.iter().enumerate() {
-            let _ = writeln!(self.decls, "    const int64_t ac{a}_s{d} = {};", self.dim(s));
+            let _ = writeln!(self.decls, "const int64_t ac{a}_s{d} = {};", self.dim(s));
         }
         if let Some(k) = strides[rank - 1].as_const() {
             self.col_stride.insert(a, k);
             let _ = writeln!(
                 self.decls,
-                "    (void)ac{a}_s{}; /* the column stride is written as the literal {k} */",
+                "(void)ac{a}_s{}; /* the column stride is written as the literal {k} */",
                 rank - 1
             );
         }
         sp.accesses.insert(v, a);
         a
     }
-    /// Code computing `<tag>_row_off<a>` for every access of the space from the row index `row`.
-    pub(crate) fn row_prologue(&self, sp: &Space, row: &str, indent: &str) -> String {
-        let rank = sp.shape.len();
-        let mut s = String::new();
-        let _ = writeln!(s, "{indent}int64_t {t}_rem = {row};", t = sp.tag);
+    /// Code computing `ac<a>_row` for every access of the space from the row index `row`.
+    pub(crate) fn row_prologue(&self, sp: &Space, row: &str, out: &mut Code) {
+        let (rank, t) = (sp.shape.len(), sp.tag);
+        let _ = writeln!(out, "int64_t {t}_rem = {row};");
         for d in (0..rank - 1).rev() {
             if d == 0 {
-                let _ = writeln!(s, "{indent}const int64_t {t}_i0 = {t}_rem;", t = sp.tag);
+                let _ = writeln!(out, "const int64_t {t}_i0 = {t}_rem;");
             } else {
                 let ext = self.dim(&sp.shape[d]);
-                let _ = writeln!(
-                    s,
-                    "{indent}const int64_t {t}_i{d} = {t}_rem % {ext}; {t}_rem /= {ext};",
-                    t = sp.tag
-                );
+                let _ =
+                    writeln!(out, "const int64_t {t}_i{d} = {t}_rem % {ext}; {t}_rem /= {ext};");
             }
         }
-        let _ = writeln!(s, "{indent}(void){t}_rem;", t = sp.tag);
+        let _ = writeln!(out, "(void){t}_rem;");
         for d in 0..rank - 1 {
-            let _ = writeln!(s, "{indent}(void){t}_i{d};", t = sp.tag);
+            let _ = writeln!(out, "(void){t}_i{d};");
         }
         for a in sp.accesses.values() {
             let mut terms = vec![format!("ac{a}_off")];
             for d in 0..rank - 1 {
-                terms.push(format!("{t}_i{d} * ac{a}_s{d}", t = sp.tag));
+                terms.push(format!("{t}_i{d} * ac{a}_s{d}"));
             }
-            let _ = writeln!(s, "{indent}const int64_t ac{a}_row = {};", terms.join(" + "));
+            let _ = writeln!(out, "const int64_t ac{a}_row = {};", terms.join(" + "));
         }
-        s
     }
 }
 
@@ -163,4 +268,40 @@ pub(crate) fn c_string(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Code;
+    use std::fmt::Write;
+
+    #[test]
+    fn code_indents_by_block_depth() {
+        let mut c = Code::new();
+        c.line("int f(void)");
+        c.block("", |c| {
+            c.open("for (;;)");
+            let _ = writeln!(c, "x += {};\ny = 0;", 1);
+            c.line("");
+            c.close_with(" /* loop */");
+            c.line("return x;");
+        });
+        let mut inner = Code::new();
+        inner.line("a;").open("if (b)").line("c;").close();
+        c.indented(|c| {
+            c.append(&inner);
+        });
+        assert_eq!(
+            c.finish(),
+            "int f(void)\n{\n    for (;;) {\n        x += 1;\n        y = 0;\n\n    } /* loop */\n    return x;\n}\n    a;\n    if (b) {\n        c;\n    }\n"
+        );
+    }
+
+    #[test]
+    fn code_at_depth_starts_indented() {
+        let mut c = Code::at_depth(2);
+        c.line("z;");
+        assert_eq!(c.depth(), 2);
+        assert_eq!(c.finish(), "        z;\n");
+    }
 }

@@ -42,7 +42,7 @@
 //!   between dependent kernels, AIV-only when neither side uses the cube (SuperKernel syncs only
 //!   the core types that need it).
 
-use super::emit::{c_float, c_string, ident, Emitter, Space};
+use super::emit::{c_float, c_string, ident, Code, Emitter, Space};
 use super::{file_header, Backend, Source, Toolchain};
 use crate::abi::{Work, ASCEND_CUBE_FIELDS, ASCEND_MAX_DIMS, ASCEND_TILING_FIELDS};
 use crate::dim::{numel, DimExpr, Shape};
@@ -172,27 +172,38 @@ fn dsize(d: DType) -> u32 {
 
 /// The files' common part: includes, the tiling struct (mirrored in Rust, offsets asserted
 /// there), and small helpers.
-fn prelude() -> String {
-    let mut s = String::new();
-    s.push_str(
-        "#include \"kernel_operator.h\"\n#include \"lib/matmul_intf.h\"\n#include <stdint.h>\n\n",
-    );
-    let _ = writeln!(s, "#define AF_MAX_DIMS {ASCEND_MAX_DIMS}");
-    let _ = writeln!(s, "#define AF_TF {}", ASCEND_TILING_FIELDS.len());
-    let _ = writeln!(s, "#define AF_CF {}", ASCEND_CUBE_FIELDS.len());
-    s.push_str("/* DynamicTiling's per-kernel struct (int64 fields, then two TCubeTiling field sets as int32). */\n");
-    s.push_str("struct AfTiling {\n");
+fn prelude(c: &mut Code) {
+    c.line("#include \"kernel_operator.h\"");
+    c.line("#include \"lib/matmul_intf.h\"");
+    c.line("#include <stdint.h>");
+    c.line("");
+    let _ = writeln!(c, "#define AF_MAX_DIMS {ASCEND_MAX_DIMS}");
+    let _ = writeln!(c, "#define AF_TF {}", ASCEND_TILING_FIELDS.len());
+    let _ = writeln!(c, "#define AF_CF {}", ASCEND_CUBE_FIELDS.len());
+    c.line("/* DynamicTiling's per-kernel struct (int64 fields, then two TCubeTiling field sets as int32). */");
+    c.open("struct AfTiling");
     for f in ASCEND_TILING_FIELDS {
-        let _ = writeln!(s, "    int64_t {f};");
+        let _ = writeln!(c, "int64_t {f};");
     }
-    s.push_str("    int32_t cube[2][AF_CF];\n};\n");
+    c.line("int32_t cube[2][AF_CF];");
+    c.close_with(";");
     let _ = writeln!(
-        s,
+        c,
         "static_assert(sizeof(AfTiling) == {}, \"AfTiling layout\");",
         crate::abi::ascend_tiling_bytes()
     );
-    let _ = writeln!(s, "#include \"{}\"", super::ASCEND_HEADER);
-    s
+    let _ = writeln!(c, "#include \"{}\"", super::ASCEND_HEADER);
+}
+
+/// Fill a TCubeTiling from our int32 field set (named fields, so the toolkit's own struct
+/// layout may differ between CANN versions).
+fn cube_fill(c: &mut Code) {
+    c.open("__aicore__ inline void af_cube_tiling(const AfTiling &t, int i, AscendC::tiling::TCubeTiling &c)");
+    for (j, f) in ASCEND_CUBE_FIELDS.iter().enumerate() {
+        let _ = writeln!(c, "c.{f} = t.cube[i][{j}];");
+    }
+    c.close();
+    c.line("");
 }
 
 /// UB layout of one rows job: named queues and float slots, all `chunk` columns wide.
@@ -232,44 +243,65 @@ impl Ub {
     }
     /// Declarations at kernel scope (after any REGIST_MATMUL_OBJ, which
     /// initialises the pipe in split mode).
-    fn decls(&self, ind: &str) -> String {
-        let mut s = String::new();
+    fn decls(&self, c: &mut Code) {
         for (name, d, input) in &self.queues {
             let pos = if *input { "VECIN" } else { "VECOUT" };
-            let _ = writeln!(s, "{ind}AscendC::TQue<AscendC::TPosition::{pos}, 1> {name};");
+            let _ = writeln!(c, "AscendC::TQue<AscendC::TPosition::{pos}, 1> {name};");
             let _ = writeln!(
-                s,
-                "{ind}pipe.InitBuffer({name}, 2, (uint32_t)(CH * sizeof({})));",
+                c,
+                "pipe.InitBuffer({name}, 2, (uint32_t)(CH * sizeof({})));",
                 ascend_type(*d)
             );
         }
-        let _ = writeln!(s, "{ind}AscendC::TBuf<AscendC::TPosition::VECCALC> work, halfb, scal;");
+        c.line("AscendC::TBuf<AscendC::TPosition::VECCALC> work, halfb, scal;");
         let _ = writeln!(
-            s,
-            "{ind}pipe.InitBuffer(work, (uint32_t)(CH * sizeof(float) * {}));",
+            c,
+            "pipe.InitBuffer(work, (uint32_t)(CH * sizeof(float) * {}));",
             self.slots + 3
         );
-        let _ = writeln!(s, "{ind}pipe.InitBuffer(halfb, (uint32_t)(CH * sizeof(half) + 32));");
-        let _ = writeln!(
-            s,
-            "{ind}pipe.InitBuffer(scal, (uint32_t)(64 + ((2 * ((CH + 63) / 64) + 7) / 8) * 32));"
-        );
-        let _ = writeln!(s, "{ind}AscendC::LocalTensor<float> wk = work.Get<float>(), sc = scal.Get<float>(), rd = sc, rt = sc[8];");
-        let _ = writeln!(s, "{ind}AscendC::LocalTensor<half> hb = halfb.Get<half>();");
-        let _ = writeln!(s, "{ind}AscendC::LocalTensor<bfloat16_t> bb = halfb.Get<bfloat16_t>();");
-        let _ = writeln!(s, "{ind}AscendC::LocalTensor<float> sl[{}];", self.slots.max(1));
-        let _ = writeln!(
-            s,
-            "{ind}for (int i = 0; i < {}; ++i) sl[i] = wk[(uint32_t)(i * CH)];",
-            self.slots
-        );
-        let _ = writeln!(s, "{ind}AscendC::LocalTensor<float> ta = wk[(uint32_t)({} * CH)], tb = wk[(uint32_t)({} * CH)], tc = wk[(uint32_t)({} * CH)];", self.slots, self.slots + 1, self.slots + 2);
-        let _ = writeln!(
-            s,
-            "{ind}(void)hb; (void)bb; (void)ta; (void)tb; (void)tc; (void)rd; (void)rt;"
-        );
-        s
+        c.line("pipe.InitBuffer(halfb, (uint32_t)(CH * sizeof(half) + 32));");
+        c.line("pipe.InitBuffer(scal, (uint32_t)(64 + ((2 * ((CH + 63) / 64) + 7) / 8) * 32));");
+        c.line("AscendC::LocalTensor<float> wk = work.Get<float>(), sc = scal.Get<float>(), rd = sc, rt = sc[8];");
+        c.line("AscendC::LocalTensor<half> hb = halfb.Get<half>();");
+        c.line("AscendC::LocalTensor<bfloat16_t> bb = halfb.Get<bfloat16_t>();");
+        let _ = writeln!(c, "AscendC::LocalTensor<float> sl[{}];", self.slots.max(1));
+        let _ =
+            writeln!(c, "for (int i = 0; i < {}; ++i) sl[i] = wk[(uint32_t)(i * CH)];", self.slots);
+        let s = self.slots;
+        let _ = writeln!(c, "AscendC::LocalTensor<float> ta = wk[(uint32_t)({s} * CH)], tb = wk[(uint32_t)({} * CH)], tc = wk[(uint32_t)({} * CH)];", s + 1, s + 2);
+        c.line("(void)hb; (void)bb; (void)ta; (void)tb; (void)tc; (void)rd; (void)rt;");
     }
+}
+
+/// A braced group of statements on successive lines, `{ s0` ... `s2 }`, the later lines
+/// aligned with the first statement (past the `{ `).
+fn aligned_group(c: &mut Code, stmts: &[String]) {
+    let open = "{ ";
+    let align = " ".repeat(open.len());
+    for (i, s) in stmts.iter().enumerate() {
+        let lead = if i == 0 { open } else { align.as_str() };
+        let tail = if i + 1 == stmts.len() { " }" } else { "" };
+        c.line(format!("{lead}{s}{tail}"));
+    }
+}
+
+/// `DataCopyPad` of the chunk's `cn` elements of type `ty` from GM `src` into UB tensor `x`.
+fn pad_in(x: &str, src: &str, ty: &str) -> String {
+    format!("AscendC::DataCopyPad({x}, {src}, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}}, AscendC::DataCopyPadExtParams<{ty}>{{false, 0, 0, 0}});")
+}
+
+/// `DataCopyPad` of the chunk's `cn` elements of type `ty` from UB tensor `y` to GM `dst`.
+fn pad_out(dst: &str, y: &str, ty: &str) -> String {
+    format!("AscendC::DataCopyPad({dst}, {y}, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}});")
+}
+
+/// UB tensor `t` of queue `q` handed through the queue to the copy out, written to GM `dst`
+/// (the chunk's `cn` elements of type `ty`), and freed.
+fn enque_store(c: &mut Code, q: &str, t: &str, ty: &str, dst: &str) {
+    let _ = writeln!(c, "{q}.EnQue({t});");
+    let _ = writeln!(c, "{t} = {q}.DeQue<{ty}>();");
+    c.line(pad_out(dst, t, ty));
+    let _ = writeln!(c, "{q}.FreeTensor({t});");
 }
 
 /// One rows job: compute `nodes` over the columns `[col0, col0 + ncols)` of one row of
@@ -290,9 +322,9 @@ struct Job<'a> {
     tag: String,
 }
 
-fn unary_seq(out: &mut String, ind: &str, u: UnaryOp, dst: &str, x: &str, n: &str) {
+fn unary_seq(out: &mut Code, u: UnaryOp, dst: &str, x: &str, n: &str) {
     for line in u.spec().ascend_vector {
-        let _ = writeln!(out, "{ind}{}", fill(line, &[("dst", dst), ("x", x), ("n", n)]));
+        out.line(fill(line, &[("dst", dst), ("x", x), ("n", n)]));
     }
 }
 
@@ -305,63 +337,63 @@ fn binary_scalar(b: BinaryOp, x: &str, y: &str) -> String {
 }
 
 /// A binary op into `dst` with tensor and/or scalar operands (count form).
-fn binary_seq(out: &mut String, ind: &str, b: BinaryOp, dst: &str, x: &V, y: &V, n: &str) {
-    let w = |out: &mut String, l: String| {
-        let _ = writeln!(out, "{ind}{l}");
-    };
+fn binary_seq(out: &mut Code, b: BinaryOp, dst: &str, x: &V, y: &V, n: &str) {
     let api = |b: BinaryOp| b.spec().ascend_vv.expect("a vector API (pow is handled apart)");
     match (b, x, y) {
         // a^b = exp(b ln a) (a > 0, as the vector unit has no pow); squares exactly.
         (BinaryOp::Pow, V::T(a), V::S(e)) if e == "2.0f" => {
-            w(out, format!("AscendC::Mul({dst}, {a}, {a}, {n});"))
+            out.line(format!("AscendC::Mul({dst}, {a}, {a}, {n});"));
         }
         (BinaryOp::Pow, V::T(a), V::S(e)) if e == "0.5f" => {
-            w(out, format!("AscendC::Sqrt({dst}, {a}, {n});"))
+            out.line(format!("AscendC::Sqrt({dst}, {a}, {n});"));
         }
         (BinaryOp::Pow, V::T(a), V::S(e)) => {
-            w(out, format!("AscendC::Ln({dst}, {a}, {n});"));
-            w(out, format!("AscendC::Muls({dst}, {dst}, {e}, {n});"));
-            w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
+            out.line(format!("AscendC::Ln({dst}, {a}, {n});"));
+            out.line(format!("AscendC::Muls({dst}, {dst}, {e}, {n});"));
+            out.line(format!("AscendC::Exp({dst}, {dst}, {n});"));
         }
         (BinaryOp::Pow, a, e) => {
-            let a = materialise(out, ind, a, "ta", n);
-            let e = materialise(out, ind, e, "tb", n);
-            w(out, format!("AscendC::Ln({dst}, {a}, {n});"));
-            w(out, format!("AscendC::Mul({dst}, {dst}, {e}, {n});"));
-            w(out, format!("AscendC::Exp({dst}, {dst}, {n});"));
+            let a = materialise(out, a, "ta", n);
+            let e = materialise(out, e, "tb", n);
+            out.line(format!("AscendC::Ln({dst}, {a}, {n});"));
+            out.line(format!("AscendC::Mul({dst}, {dst}, {e}, {n});"));
+            out.line(format!("AscendC::Exp({dst}, {dst}, {n});"));
         }
-        (_, V::T(a), V::T(c)) => w(out, format!("AscendC::{}({dst}, {a}, {c}, {n});", api(b))),
+        (_, V::T(a), V::T(c)) => {
+            out.line(format!("AscendC::{}({dst}, {a}, {c}, {n});", api(b)));
+        }
         (BinaryOp::Sub, V::T(a), V::S(s)) => {
-            w(out, format!("AscendC::Adds({dst}, {a}, -(float)({s}), {n});"))
+            out.line(format!("AscendC::Adds({dst}, {a}, -(float)({s}), {n});"));
         }
         (BinaryOp::Div, V::T(a), V::S(s)) => {
-            w(out, format!("AscendC::Duplicate(tc, (float)({s}), {n});"));
-            w(out, format!("AscendC::Div({dst}, {a}, tc, {n});"));
+            out.line(format!("AscendC::Duplicate(tc, (float)({s}), {n});"));
+            out.line(format!("AscendC::Div({dst}, {a}, tc, {n});"));
         }
         (BinaryOp::Sub, V::S(s), V::T(a)) => {
-            w(out, format!("AscendC::Muls({dst}, {a}, -1.0f, {n});"));
-            w(out, format!("AscendC::Adds({dst}, {dst}, (float)({s}), {n});"));
+            out.line(format!("AscendC::Muls({dst}, {a}, -1.0f, {n});"));
+            out.line(format!("AscendC::Adds({dst}, {dst}, (float)({s}), {n});"));
         }
         (BinaryOp::Div, V::S(s), V::T(a)) => {
-            w(out, format!("AscendC::Duplicate(tc, (float)({s}), {n});"));
-            w(out, format!("AscendC::Div({dst}, tc, {a}, {n});"));
+            out.line(format!("AscendC::Duplicate(tc, (float)({s}), {n});"));
+            out.line(format!("AscendC::Div({dst}, tc, {a}, {n});"));
         }
         // The rest are commutative with a tensor-scalar API (Adds, Muls, Maxs, Mins).
         (_, V::T(a), V::S(s)) | (_, V::S(s), V::T(a)) => {
             let api = b.spec().ascend_vs.expect("sub, div and pow are matched above");
-            w(out, format!("AscendC::{api}({dst}, {a}, (float)({s}), {n});"))
+            out.line(format!("AscendC::{api}({dst}, {a}, (float)({s}), {n});"));
         }
         (_, V::S(a), V::S(c)) => {
-            w(out, format!("AscendC::Duplicate({dst}, (float)({}), {n});", binary_scalar(b, a, c)))
+            let v = binary_scalar(b, a, c);
+            out.line(format!("AscendC::Duplicate({dst}, (float)({v}), {n});"));
         }
     }
 }
 
-fn materialise(out: &mut String, ind: &str, v: &V, tmp: &str, n: &str) -> String {
+fn materialise(out: &mut Code, v: &V, tmp: &str, n: &str) -> String {
     match v {
         V::T(t) => t.clone(),
         V::S(s) => {
-            let _ = writeln!(out, "{ind}AscendC::Duplicate({tmp}, (float)({s}), {n});");
+            let _ = writeln!(out, "AscendC::Duplicate({tmp}, (float)({s}), {n});");
             tmp.to_string()
         }
     }
@@ -369,24 +401,20 @@ fn materialise(out: &mut String, ind: &str, v: &V, tmp: &str, n: &str) -> String
 
 /// Round a float slot to `d` and back, as the reference rounds f16/bf16 values where they are
 /// computed.
-fn round_seq(out: &mut String, ind: &str, d: DType, dst: &str, n: &str) {
-    match d {
-        DType::F32 => {}
-        DType::F16 => {
-            let _ = writeln!(
-                out,
-                "{ind}AscendC::Cast<half, float>(hb, {dst}, AscendC::RoundMode::CAST_RINT, {n});"
-            );
-            let _ = writeln!(
-                out,
-                "{ind}AscendC::Cast<float, half>({dst}, hb, AscendC::RoundMode::CAST_NONE, {n});"
-            );
-        }
-        DType::BF16 => {
-            let _ = writeln!(out, "{ind}AscendC::Cast<bfloat16_t, float>(bb, {dst}, AscendC::RoundMode::CAST_RINT, {n});");
-            let _ = writeln!(out, "{ind}AscendC::Cast<float, bfloat16_t>({dst}, bb, AscendC::RoundMode::CAST_NONE, {n});");
-        }
-    }
+fn round_seq(out: &mut Code, d: DType, dst: &str, n: &str) {
+    let (ty, scratch) = match d {
+        DType::F32 => return,
+        DType::F16 => ("half", "hb"),
+        DType::BF16 => ("bfloat16_t", "bb"),
+    };
+    let _ = writeln!(
+        out,
+        "AscendC::Cast<{ty}, float>({scratch}, {dst}, AscendC::RoundMode::CAST_RINT, {n});"
+    );
+    let _ = writeln!(
+        out,
+        "AscendC::Cast<float, {ty}>({dst}, {scratch}, AscendC::RoundMode::CAST_NONE, {n});"
+    );
 }
 
 fn round_scalar(d: DType, e: String) -> String {
@@ -395,6 +423,37 @@ fn round_scalar(d: DType, e: String) -> String {
         DType::F16 => format!("af_s_round(sc, hb, {e})"),
         DType::BF16 => format!("af_s_round_bf(sc, bb, {e})"),
     }
+}
+
+fn is_max(g: &Graph, m: NodeId) -> bool {
+    matches!(g.node(m).op, Op::Reduce { kind: ReduceKind::Max, .. })
+}
+
+/// The phases of a rows job, as in the host generator: a full-width op runs in the chunk loop
+/// of its phase; a reduction accumulates in loop `a` and is ready after it.
+struct Phases {
+    /// The chunk loop computing each full-width value (row sources are read in loop 0).
+    phase: BTreeMap<NodeId, usize>,
+    /// The loop after which each row value (one scalar per row) is ready.
+    level: BTreeMap<NodeId, usize>,
+    /// The chunk loop accumulating each reduction.
+    reduce_loop: BTreeMap<NodeId, usize>,
+    n_loops: usize,
+}
+
+impl Phases {
+    /// The reductions accumulated in loop `p`.
+    fn reductions_in(&self, p: usize) -> Vec<NodeId> {
+        self.reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| *m).collect()
+    }
+}
+
+/// One chunk of a rows loop as it is written: the UB tensor holding each value read or
+/// computed so far, and the CopyIn queue tensors (value, queue, tensor, GM dtype), freed at
+/// the end of the chunk.
+struct Chunk {
+    slots: BTreeMap<NodeId, String>,
+    dequeued: Vec<(NodeId, String, String, DType)>,
 }
 
 impl Job<'_> {
@@ -406,13 +465,21 @@ impl Job<'_> {
             || iter_shape(g, id) == self.space && !matches!(g.node(id).op, Op::Reduce { .. })
     }
 
-    /// Emit the code of one row (accesses' `acN_row` offsets already computed).
-    fn emit(&self, ub: &mut Ub, ind: &str) -> String {
+    /// Emit the code of one row (accesses' `<tag>_row<a>` offsets already computed).
+    fn emit(&self, ub: &mut Ub, out: &mut Code) {
+        let ph = self.phases();
+        self.scalar_sources(out);
+        self.row_values(&ph, 0, out);
+        for p in 0..ph.n_loops {
+            self.chunk_loop(ub, &ph, p, out);
+            self.row_values(&ph, p + 1, out);
+        }
+        self.store_row_values(&ph, out);
+    }
+
+    /// Which chunk loop computes each member, and after which loop each row value is ready.
+    fn phases(&self) -> Phases {
         let g = self.g;
-        let members: BTreeSet<NodeId> = self.nodes.iter().copied().collect();
-        let mut out = String::new();
-        // Phases as in the host generator: a full-width op runs in the chunk loop of its
-        // phase; a reduction accumulates in loop `a` and is ready after it.
         let mut phase: BTreeMap<NodeId, usize> = BTreeMap::new();
         let mut level: BTreeMap<NodeId, usize> = BTreeMap::new();
         let mut reduce_loop: BTreeMap<NodeId, usize> = BTreeMap::new();
@@ -437,8 +504,35 @@ impl Job<'_> {
             }
         }
         let n_loops = phase.values().chain(reduce_loop.values()).map(|p| p + 1).max().unwrap_or(0);
-        let t = &self.tag;
-        // Scalar sources: one read per row.
+        Phases { phase, level, reduce_loop, n_loops }
+    }
+
+    /// The C name of row value `id` (a scalar source or a value computed once per row).
+    fn scal(&self, id: NodeId) -> String {
+        format!("{}s{}", self.tag, id.0)
+    }
+
+    /// Value `id` inside a chunk: a constant, its UB tensor in `slots`, or its row scalar.
+    fn value_of(&self, id: NodeId, slots: &BTreeMap<NodeId, String>) -> V {
+        if let Op::Const { value } = self.g.node(id).op {
+            return V::S(c_float(value));
+        }
+        if let Some(sl) = slots.get(&id) {
+            return V::T(sl.clone());
+        }
+        V::S(self.scal(id))
+    }
+
+    /// Row value `id` as a scalar expression.
+    fn row_value(&self, id: NodeId) -> String {
+        match self.value_of(id, &BTreeMap::new()) {
+            V::S(s) => s,
+            V::T(_) => unreachable!("a row value reads a full-width value"),
+        }
+    }
+
+    /// Scalar sources: one read per row.
+    fn scalar_sources(&self, out: &mut Code) {
         for (id, s) in &self.srcs {
             if let Src::Scalar { gm, off, d } = s {
                 let v = if *d == DType::F32 {
@@ -446,266 +540,271 @@ impl Job<'_> {
                 } else {
                     format!("static_cast<float>({gm}.GetValue({off}))")
                 };
-                let _ = writeln!(
-                    out,
-                    "{ind}const float {t}s{} = {v}; /* {} */",
-                    id.0,
-                    g.node(*id).name
-                );
+                let name = &self.g.node(*id).name;
+                let _ = writeln!(out, "const float {} = {v}; /* {name} */", self.scal(*id));
             }
         }
-        let scal = |id: NodeId| format!("{t}s{}", id.0);
-        let value_of = |id: NodeId, slots: &BTreeMap<NodeId, String>| -> V {
-            let n = g.node(id);
-            if let Op::Const { value } = n.op {
-                return V::S(c_float(value));
+    }
+
+    /// The row values of level `lvl` (scalars: reductions' results and what is computed from
+    /// them).
+    fn row_values(&self, ph: &Phases, lvl: usize, out: &mut Code) {
+        let t = &self.tag;
+        for &m in &self.nodes {
+            if ph.level.get(&m) != Some(&lvl) {
+                continue;
             }
-            if let Some(sl) = slots.get(&id) {
-                return V::T(sl.clone());
-            }
-            V::S(scal(id))
-        };
-        // Row values of a level (scalars).
-        let row_vals = |lvl: usize, out: &mut String| {
-            for &m in &self.nodes {
-                if level.get(&m) != Some(&lvl) {
-                    continue;
+            let n = self.g.node(m);
+            let e = match &n.op {
+                Op::Reduce { kind: ReduceKind::Mean, .. } => {
+                    format!("{t}acc{} / (float)({})", m.0, self.ncols)
                 }
-                let n = g.node(m);
-                let e = match &n.op {
-                    Op::Reduce { kind: ReduceKind::Mean, .. } => {
-                        format!("{t}acc{} / (float)({})", m.0, self.ncols)
+                Op::Reduce { .. } => format!("{t}acc{}", m.0),
+                op => {
+                    let ops: Vec<String> = n.inputs.iter().map(|i| self.row_value(*i)).collect();
+                    match op {
+                        Op::Unary(u) => unary_scalar(*u, &ops[0]),
+                        Op::Binary(b) => binary_scalar(*b, &ops[0], &ops[1]),
+                        Op::Cast | Op::Copy => ops[0].clone(),
+                        op => unreachable!("{} as a row value", op.name()),
                     }
-                    Op::Reduce { .. } => format!("{t}acc{}", m.0),
-                    op => {
-                        let ops: Vec<String> = n
-                            .inputs
-                            .iter()
-                            .map(|i| match value_of(*i, &BTreeMap::new()) {
-                                V::S(s) => s,
-                                V::T(_) => unreachable!("a row value reads a full-width value"),
-                            })
-                            .collect();
-                        match op {
-                            Op::Unary(u) => unary_scalar(*u, &ops[0]),
-                            Op::Binary(b) => binary_scalar(*b, &ops[0], &ops[1]),
-                            Op::Cast | Op::Copy => ops[0].clone(),
-                            op => unreachable!("{} as a row value", op.name()),
-                        }
-                    }
-                };
-                let _ = writeln!(
-                    out,
-                    "{ind}const float {} = {}; /* {} */",
-                    scal(m),
-                    round_scalar(n.dtype, e),
-                    n.name
-                );
-            }
-        };
-        row_vals(0, &mut out);
-        for p in 0..n_loops {
-            // What this loop computes: its own full-width members, the inputs of its
-            // reductions, and (recomputed) everything of earlier phases they need.
-            let mut need: BTreeSet<NodeId> = BTreeSet::new();
-            let mut stack: Vec<NodeId> = phase
-                .iter()
-                .filter(|(_, q)| **q == p)
-                .map(|(m, _)| *m)
-                .filter(|m| members.contains(m))
-                .collect();
-            stack.extend(
-                reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| g.node(*m).inputs[0]),
-            );
-            stack.extend(self.outs.iter().map(|o| o.0).filter(|o| phase.get(o) == Some(&p)));
-            while let Some(x) = stack.pop() {
-                if phase.contains_key(&x) && need.insert(x) && members.contains(&x) {
-                    stack.extend(g.node(x).inputs.iter().copied());
                 }
+            };
+            let e = round_scalar(n.dtype, e);
+            let _ = writeln!(out, "const float {} = {e}; /* {} */", self.scal(m), n.name);
+        }
+    }
+
+    /// What loop `p` computes: its own full-width members, the inputs of its reductions, and
+    /// (recomputed) everything of earlier phases they need.
+    fn loop_needs(&self, ph: &Phases, p: usize) -> BTreeSet<NodeId> {
+        let g = self.g;
+        let members: BTreeSet<NodeId> = self.nodes.iter().copied().collect();
+        let mut need: BTreeSet<NodeId> = BTreeSet::new();
+        let mut stack: Vec<NodeId> = ph
+            .phase
+            .iter()
+            .filter(|(_, q)| **q == p)
+            .map(|(m, _)| *m)
+            .filter(|m| members.contains(m))
+            .collect();
+        stack.extend(ph.reductions_in(p).iter().map(|m| g.node(*m).inputs[0]));
+        stack.extend(self.outs.iter().map(|o| o.0).filter(|o| ph.phase.get(o) == Some(&p)));
+        while let Some(x) = stack.pop() {
+            if ph.phase.contains_key(&x) && need.insert(x) && members.contains(&x) {
+                stack.extend(g.node(x).inputs.iter().copied());
             }
-            let reds: Vec<NodeId> =
-                reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| *m).collect();
-            let is_max =
-                |m: NodeId| matches!(g.node(m).op, Op::Reduce { kind: ReduceKind::Max, .. });
-            for &m in &reds {
-                let init = if is_max(m) { "-INFINITY" } else { "0.0f" };
-                let _ = writeln!(out, "{ind}float {t}acc{} = {init};", m.0);
+        }
+        need
+    }
+
+    /// Chunk loop `p`: its reductions' accumulators, then per chunk of `CH` columns CopyIn,
+    /// Compute (the reductions accumulate) and CopyOut.
+    fn chunk_loop(&self, ub: &mut Ub, ph: &Phases, p: usize, out: &mut Code) {
+        let t = &self.tag;
+        let need = self.loop_needs(ph, p);
+        let reds = ph.reductions_in(p);
+        for &m in &reds {
+            let init = if is_max(self.g, m) { "-INFINITY" } else { "0.0f" };
+            let _ = writeln!(out, "float {t}acc{} = {init};", m.0);
+        }
+        out.open(format!("for (int64_t c0 = 0; c0 < {}; c0 += CH)", self.ncols));
+        let _ = writeln!(out, "const int32_t cn = (int32_t)af_min(CH, {} - c0);", self.ncols);
+        let mut chunk = self.copy_in(ub, &need, out);
+        self.dequeue(ub, &mut chunk, out);
+        for &m in &self.nodes {
+            if reds.contains(&m) {
+                self.reduce_step(m, &chunk.slots, out);
+            } else if need.contains(&m) {
+                self.compute(ub, m, &mut chunk.slots, out);
             }
-            let _ = writeln!(out, "{ind}for (int64_t c0 = 0; c0 < {}; c0 += CH) {{", self.ncols);
-            let i2 = format!("{ind}    ");
-            let _ =
-                writeln!(out, "{i2}const int32_t cn = (int32_t)af_min(CH, {} - c0);", self.ncols);
-            // CopyIn.
-            let mut slots: BTreeMap<NodeId, String> = BTreeMap::new();
-            let mut deq: Vec<(String, String, DType)> = Vec::new();
-            for (&id, s) in &self.srcs {
-                if !need.contains(&id) {
-                    continue;
+        }
+        self.copy_out(ub, ph, p, &chunk.slots, out);
+        for (_, q, x, _) in &chunk.dequeued {
+            let _ = writeln!(out, "{q}.FreeTensor({x});");
+        }
+        out.close();
+    }
+
+    /// CopyIn of the sources the loop needs: rows through their queue, strided views gathered
+    /// by the scalar unit into a slot.
+    fn copy_in(&self, ub: &mut Ub, need: &BTreeSet<NodeId>, out: &mut Code) -> Chunk {
+        let (g, t) = (self.g, &self.tag);
+        let mut chunk = Chunk { slots: BTreeMap::new(), dequeued: Vec::new() };
+        for (&id, s) in &self.srcs {
+            if !need.contains(&id) {
+                continue;
+            }
+            match s {
+                Src::Row { gm, off, d } => {
+                    let q = ub.queue(format!("{t}q{}", id.0), *d, true);
+                    let ty = ascend_type(*d);
+                    out.block_noted("", &format!("CopyIn {}", g.node(id).name), |c| {
+                        let _ =
+                            writeln!(c, "AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
+                        c.line(pad_in("x", &format!("{gm}[{off} + c0]"), ty));
+                        let _ = writeln!(c, "{q}.EnQue(x);");
+                    });
+                    chunk.dequeued.push((id, q, format!("{t}x{}", id.0), *d));
                 }
-                match s {
-                    Src::Row { gm, off, d } => {
-                        let q = ub.queue(format!("{t}q{}", id.0), *d, true);
-                        let ty = ascend_type(*d);
-                        let _ = writeln!(out, "{i2}{{ /* CopyIn {} */", g.node(id).name);
-                        let _ = writeln!(
-                            out,
-                            "{i2}    AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();"
-                        );
-                        let _ = writeln!(out, "{i2}    AscendC::DataCopyPad(x, {gm}[{off} + c0], AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}}, AscendC::DataCopyPadExtParams<{ty}>{{false, 0, 0, 0}});");
-                        let _ = writeln!(out, "{i2}    {q}.EnQue(x);\n{i2}}}");
-                        deq.push((q, format!("{t}x{}", id.0), *d));
-                    }
-                    Src::Gather { gm, off, col0, stride, d } => {
-                        let sl = ub.slot();
-                        let cv = if *d == DType::F32 {
-                            format!("{gm}.GetValue({off} + ({col0} + c0 + j) * ({stride}))")
-                        } else {
-                            format!("static_cast<float>({gm}.GetValue({off} + ({col0} + c0 + j) * ({stride})))")
-                        };
-                        let _ = writeln!(out, "{i2}for (int32_t j = 0; j < cn; ++j) {sl}.SetValue(j, {cv}); /* gather {} (strided view) */", g.node(id).name);
-                        slots.insert(id, sl);
-                    }
-                    Src::Scalar { .. } => {}
-                }
-            }
-            // Compute.
-            let mut frees = Vec::new();
-            for (q, x, d) in &deq {
-                let ty = ascend_type(*d);
-                let _ = writeln!(out, "{i2}AscendC::LocalTensor<{ty}> {x} = {q}.DeQue<{ty}>();");
-                let id = NodeId(x[t.len() + 1..].parse().unwrap());
-                if *d == DType::F32 {
-                    slots.insert(id, x.clone());
-                } else {
+                Src::Gather { gm, off, col0, stride, d } => {
                     let sl = ub.slot();
-                    let _ = writeln!(out, "{i2}AscendC::Cast<float, {ty}>({sl}, {x}, AscendC::RoundMode::CAST_NONE, cn);");
-                    slots.insert(id, sl);
+                    let cv = if *d == DType::F32 {
+                        format!("{gm}.GetValue({off} + ({col0} + c0 + j) * ({stride}))")
+                    } else {
+                        format!("static_cast<float>({gm}.GetValue({off} + ({col0} + c0 + j) * ({stride})))")
+                    };
+                    let _ = writeln!(out, "for (int32_t j = 0; j < cn; ++j) {sl}.SetValue(j, {cv}); /* gather {} (strided view) */", g.node(id).name);
+                    chunk.slots.insert(id, sl);
                 }
-                frees.push(format!("{q}.FreeTensor({x});"));
+                Src::Scalar { .. } => {}
             }
-            for &m in &self.nodes {
-                if !need.contains(&m) && !reds.contains(&m) {
-                    continue;
-                }
-                let n = g.node(m);
-                if reds.contains(&m) {
-                    let x = value_of(n.inputs[0], &slots);
-                    match (x, is_max(m)) {
-                        (V::T(x), false) => {
-                            let _ =
-                                writeln!(out, "{i2}AscendC::ReduceSum<float>(rd, {x}, rt, cn);");
-                            let _ = writeln!(
-                                out,
-                                "{i2}{t}acc{} += rd.GetValue(0); /* {} */",
-                                m.0, n.name
-                            );
-                        }
-                        (V::T(x), true) => {
-                            let _ =
-                                writeln!(out, "{i2}AscendC::ReduceMax<float>(rd, {x}, rt, cn);");
-                            let _ = writeln!(out, "{i2}{{ const float v = rd.GetValue(0); {t}acc{0} = v > {t}acc{0} ? v : {t}acc{0}; }} /* {1} */", m.0, n.name);
-                        }
-                        (V::S(s), false) => {
-                            let _ = writeln!(
-                                out,
-                                "{i2}{t}acc{} += (float)cn * ({s}); /* {} */",
-                                m.0, n.name
-                            );
-                        }
-                        (V::S(s), true) => {
-                            let _ = writeln!(
-                                out,
-                                "{i2}{t}acc{0} = ({s}) > {t}acc{0} ? ({s}) : {t}acc{0}; /* {1} */",
-                                m.0, n.name
-                            );
-                        }
-                    }
-                    continue;
-                }
-                let dst = ub.slot();
-                let ops: Vec<V> = n.inputs.iter().map(|i| value_of(*i, &slots)).collect();
-                let _ = writeln!(out, "{i2}/* {} = {} */", n.name, n.op.name());
-                match &n.op {
-                    Op::Unary(u) => {
-                        let x = materialise(&mut out, &i2, &ops[0], "ta", "cn");
-                        unary_seq(&mut out, &i2, *u, &dst, &x, "cn");
-                    }
-                    Op::Binary(b) => binary_seq(&mut out, &i2, *b, &dst, &ops[0], &ops[1], "cn"),
-                    Op::Cast | Op::Copy => match &ops[0] {
-                        V::T(x) => {
-                            let _ = writeln!(out, "{i2}AscendC::Adds({dst}, {x}, 0.0f, cn);");
-                        }
-                        V::S(s) => {
-                            let _ =
-                                writeln!(out, "{i2}AscendC::Duplicate({dst}, (float)({s}), cn);");
-                        }
-                    },
-                    Op::CausalMask => {
-                        // Keys j <= i + (cols - rows) stay; the rest become -inf. The boundary
-                        // is rarely 32-byte aligned: the unaligned head is written by the
-                        // scalar unit, the aligned rest by Duplicate.
-                        let x = materialise(&mut out, &i2, &ops[0], "ta", "cn");
-                        let _ = writeln!(out, "{i2}AscendC::Adds({dst}, {x}, 0.0f, cn);");
-                        let _ = writeln!(out, "{i2}{{\n{i2}    const int64_t keep = af_max(0, af_min(cn, {} + ({}) + 1 - ({} + c0)));", self.row_i, self.causal_shift, self.col0);
-                        let _ = writeln!(
-                            out,
-                            "{i2}    const int64_t al = af_min(cn, (keep + 7) / 8 * 8);"
-                        );
-                        let _ = writeln!(out, "{i2}    for (int64_t j = keep; j < al; ++j) {dst}.SetValue((uint32_t)j, -INFINITY);");
-                        let _ = writeln!(out, "{i2}    if (al < cn) AscendC::Duplicate({dst}[(uint32_t)al], -INFINITY, (int32_t)(cn - al));\n{i2}}}");
-                    }
-                    op => unreachable!("{} in a rows job", op.name()),
-                }
-                round_seq(&mut out, &i2, n.dtype, &dst, "cn");
-                slots.insert(m, dst);
-            }
-            // CopyOut of the values this phase owns.
-            for (id, gm, off, d) in &self.outs {
-                if phase.get(id) != Some(&p) {
-                    continue;
-                }
-                let d = *d;
-                let ty = ascend_type(d);
-                let q = ub.queue(format!("{t}o{}", id.0), d, false);
-                let v = materialise(&mut out, &i2, &value_of(*id, &slots), "ta", "cn");
-                let _ = writeln!(out, "{i2}{{ /* CopyOut {} */", g.node(*id).name);
+        }
+        chunk
+    }
+
+    /// The start of Compute: every CopyIn queue dequeued, f16/bf16 rows cast to f32 slots.
+    fn dequeue(&self, ub: &mut Ub, chunk: &mut Chunk, out: &mut Code) {
+        for (id, q, x, d) in &chunk.dequeued {
+            let ty = ascend_type(*d);
+            let _ = writeln!(out, "AscendC::LocalTensor<{ty}> {x} = {q}.DeQue<{ty}>();");
+            if *d == DType::F32 {
+                chunk.slots.insert(*id, x.clone());
+            } else {
+                let sl = ub.slot();
                 let _ = writeln!(
                     out,
-                    "{i2}    AscendC::LocalTensor<{ty}> y = {q}.AllocTensor<{ty}>();"
+                    "AscendC::Cast<float, {ty}>({sl}, {x}, AscendC::RoundMode::CAST_NONE, cn);"
                 );
-                if d == DType::F32 {
-                    let _ = writeln!(out, "{i2}    AscendC::Adds(y, {v}, 0.0f, cn);");
-                } else {
-                    let _ = writeln!(out, "{i2}    AscendC::Cast<{ty}, float>(y, {v}, AscendC::RoundMode::CAST_RINT, cn);");
-                }
-                let _ = writeln!(out, "{i2}    {q}.EnQue(y);\n{i2}    y = {q}.DeQue<{ty}>();");
-                let _ = writeln!(out, "{i2}    AscendC::DataCopyPad({gm}[{off} + c0], y, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}});");
-                let _ = writeln!(out, "{i2}    {q}.FreeTensor(y);\n{i2}}}");
+                chunk.slots.insert(*id, sl);
             }
-            for f in frees {
-                let _ = writeln!(out, "{i2}{f}");
-            }
-            let _ = writeln!(out, "{ind}}}");
-            row_vals(p + 1, &mut out);
         }
-        // Row values that are outputs (a reduction's result, a statistic).
+    }
+
+    /// The chunk's contribution to reduction `m` (its accumulator `<tag>acc<m>`).
+    fn reduce_step(&self, m: NodeId, slots: &BTreeMap<NodeId, String>, out: &mut Code) {
+        let (n, t) = (self.g.node(m), &self.tag);
+        match (self.value_of(n.inputs[0], slots), is_max(self.g, m)) {
+            (V::T(x), false) => {
+                let _ = writeln!(out, "AscendC::ReduceSum<float>(rd, {x}, rt, cn);");
+                let _ = writeln!(out, "{t}acc{} += rd.GetValue(0); /* {} */", m.0, n.name);
+            }
+            (V::T(x), true) => {
+                let _ = writeln!(out, "AscendC::ReduceMax<float>(rd, {x}, rt, cn);");
+                let _ = writeln!(out, "{{ const float v = rd.GetValue(0); {t}acc{0} = v > {t}acc{0} ? v : {t}acc{0}; }} /* {1} */", m.0, n.name);
+            }
+            (V::S(s), false) => {
+                let _ = writeln!(out, "{t}acc{} += (float)cn * ({s}); /* {} */", m.0, n.name);
+            }
+            (V::S(s), true) => {
+                let _ = writeln!(
+                    out,
+                    "{t}acc{0} = ({s}) > {t}acc{0} ? ({s}) : {t}acc{0}; /* {1} */",
+                    m.0, n.name
+                );
+            }
+        }
+    }
+
+    /// Full-width member `m` over the chunk into a new slot, rounded to its dtype.
+    fn compute(
+        &self,
+        ub: &mut Ub,
+        m: NodeId,
+        slots: &mut BTreeMap<NodeId, String>,
+        out: &mut Code,
+    ) {
+        let n = self.g.node(m);
+        let dst = ub.slot();
+        let ops: Vec<V> = n.inputs.iter().map(|i| self.value_of(*i, slots)).collect();
+        let _ = writeln!(out, "/* {} = {} */", n.name, n.op.name());
+        match &n.op {
+            Op::Unary(u) => {
+                let x = materialise(out, &ops[0], "ta", "cn");
+                unary_seq(out, *u, &dst, &x, "cn");
+            }
+            Op::Binary(b) => binary_seq(out, *b, &dst, &ops[0], &ops[1], "cn"),
+            Op::Cast | Op::Copy => match &ops[0] {
+                V::T(x) => {
+                    let _ = writeln!(out, "AscendC::Adds({dst}, {x}, 0.0f, cn);");
+                }
+                V::S(s) => {
+                    let _ = writeln!(out, "AscendC::Duplicate({dst}, (float)({s}), cn);");
+                }
+            },
+            Op::CausalMask => self.causal_mask(&dst, &ops[0], out),
+            op => unreachable!("{} in a rows job", op.name()),
+        }
+        round_seq(out, n.dtype, &dst, "cn");
+        slots.insert(m, dst);
+    }
+
+    /// The causal mask of the chunk's keys into `dst`.
+    fn causal_mask(&self, dst: &str, x: &V, out: &mut Code) {
+        // Keys j <= i + (cols - rows) stay; the rest become -inf. The boundary
+        // is rarely 32-byte aligned: the unaligned head is written by the
+        // scalar unit, the aligned rest by Duplicate.
+        let x = materialise(out, x, "ta", "cn");
+        let _ = writeln!(out, "AscendC::Adds({dst}, {x}, 0.0f, cn);");
+        out.block("", |c| {
+            let _ = writeln!(c, "const int64_t keep = af_max(0, af_min(cn, {} + ({}) + 1 - ({} + c0)));", self.row_i, self.causal_shift, self.col0);
+            c.line("const int64_t al = af_min(cn, (keep + 7) / 8 * 8);");
+            let _ = writeln!(
+                c,
+                "for (int64_t j = keep; j < al; ++j) {dst}.SetValue((uint32_t)j, -INFINITY);"
+            );
+            let _ = writeln!(c, "if (al < cn) AscendC::Duplicate({dst}[(uint32_t)al], -INFINITY, (int32_t)(cn - al));");
+        });
+    }
+
+    /// CopyOut of the full-width outputs loop `p` computes, cast to their GM dtype.
+    fn copy_out(
+        &self,
+        ub: &mut Ub,
+        ph: &Phases,
+        p: usize,
+        slots: &BTreeMap<NodeId, String>,
+        out: &mut Code,
+    ) {
         for (id, gm, off, d) in &self.outs {
-            if phase.contains_key(id) {
+            if ph.phase.get(id) != Some(&p) {
                 continue;
             }
             let d = *d;
-            let v = match value_of(*id, &BTreeMap::new()) {
-                V::S(s) => s,
-                V::T(_) => unreachable!(),
-            };
+            let ty = ascend_type(d);
+            let q = ub.queue(format!("{}o{}", self.tag, id.0), d, false);
+            let v = materialise(out, &self.value_of(*id, slots), "ta", "cn");
+            out.block_noted("", &format!("CopyOut {}", self.g.node(*id).name), |c| {
+                let _ = writeln!(c, "AscendC::LocalTensor<{ty}> y = {q}.AllocTensor<{ty}>();");
+                if d == DType::F32 {
+                    let _ = writeln!(c, "AscendC::Adds(y, {v}, 0.0f, cn);");
+                } else {
+                    let _ = writeln!(
+                        c,
+                        "AscendC::Cast<{ty}, float>(y, {v}, AscendC::RoundMode::CAST_RINT, cn);"
+                    );
+                }
+                enque_store(c, &q, "y", ty, &format!("{gm}[{off} + c0]"));
+            });
+        }
+    }
+
+    /// Row values that are outputs (a reduction's result, a statistic): one scalar store per
+    /// row, written back from the data cache.
+    fn store_row_values(&self, ph: &Phases, out: &mut Code) {
+        for (id, gm, off, d) in &self.outs {
+            if ph.phase.contains_key(id) {
+                continue;
+            }
+            let v = self.row_value(*id);
+            let ty = ascend_type(*d);
             let conv = match d {
                 DType::F32 => v,
-                _ => format!("static_cast<{}>({v})", ascend_type(d)),
+                _ => format!("static_cast<{ty}>({v})"),
             };
-            let _ = writeln!(out, "{ind}{gm}.SetValue({off}, {conv}); /* {} */", g.node(*id).name);
-            let _ = writeln!(out, "{ind}AscendC::DataCacheCleanAndInvalid<{}, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>({gm}[{off}]);", ascend_type(d));
+            let _ = writeln!(out, "{gm}.SetValue({off}, {conv}); /* {} */", self.g.node(*id).name);
+            let _ = writeln!(out, "AscendC::DataCacheCleanAndInvalid<{ty}, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>({gm}[{off}]);");
         }
-        out
     }
 }
 
@@ -715,7 +814,12 @@ struct K<'g> {
     /// Module table index of each kernel-local buffer.
     table: Vec<usize>,
     ub: Ub,
-    body: String,
+    /// Kernel-scope code before the UB buffers: shapes, and any Matmul objects (their
+    /// REGIST_MATMUL_OBJ initialises the pipe in split mode, so it comes first).
+    setup: Code,
+    /// The rest of the kernel, after the UB buffers (declared once this is written and the
+    /// queues and slots it uses are known).
+    body: Code,
 }
 
 impl K<'_> {
@@ -745,17 +849,18 @@ impl K<'_> {
 }
 
 /// The row offsets of every access of `sp` for row `row` (named `<tag>_row<a>`).
-fn row_offsets(em: &Emitter, sp: &Space, row: &str, ind: &str) -> String {
-    let pro = em.row_prologue(sp, row, ind);
+fn row_offsets(em: &Emitter, sp: &Space, row: &str, out: &mut Code) {
+    let mut pro = Code::new();
+    em.row_prologue(sp, row, &mut pro);
     // row_prologue names them acN_row; rename per space so several spaces can coexist.
-    let mut s = pro;
+    let mut s = pro.finish();
     for a in sp.accesses.values() {
         s = s.replace(
             &format!("const int64_t ac{a}_row ="),
             &format!("const int64_t {}_row{a} =", sp.tag),
         );
     }
-    s
+    let _ = out.write_str(&s);
 }
 
 fn ext_inputs(g: &Graph, nodes: &[NodeId], members: &BTreeSet<NodeId>) -> Vec<NodeId> {
@@ -769,6 +874,11 @@ fn ext_inputs(g: &Graph, nodes: &[NodeId], members: &BTreeSet<NodeId>) -> Vec<No
         }
     }
     v
+}
+
+/// An iteration space of `shape` with no access declared yet.
+fn space(tag: &'static str, shape: Shape) -> Space {
+    Space { tag, shape, accesses: BTreeMap::new() }
 }
 
 fn gen_rows(k: &mut K, grp: &Group) -> Work {
@@ -807,20 +917,16 @@ fn gen_rows(k: &mut K, grp: &Group) -> Work {
         ncols: "N".into(),
         tag: "x".into(),
     };
-    let b = &mut k.body;
     let _ = writeln!(
-        b,
-        "    const int64_t R = {}, N = {};",
+        k.setup,
+        "const int64_t R = {}, N = {};",
         k.em.dim(&numel(&space[..r - 1])),
         k.em.dim(&space[r - 1])
     );
-    let row = job.emit(&mut k.ub, "        ");
-    let b = &mut k.body;
-    b.push_str("    /*UB*/\n");
-    let _ = writeln!(b, "    for (int64_t r = aiv; r < R; r += naiv) {{");
-    b.push_str(&row_offsets(&k.em, &sp, "r", "        "));
-    b.push_str(&row);
-    let _ = writeln!(b, "    }}");
+    k.body.open("for (int64_t r = aiv; r < R; r += naiv)");
+    row_offsets(&k.em, &sp, "r", &mut k.body);
+    job.emit(&mut k.ub, &mut k.body);
+    k.body.close();
     Work::Rows { rows: numel(&space[..r - 1]), n: space[r - 1].clone(), row_buffers: 0 }
 }
 
@@ -855,17 +961,18 @@ fn gen_concat(k: &mut K, grp: &Group) -> Work {
     let ob = k.gm(k.em.buf[&id]);
     let ty = ascend_type(n.dtype);
     let _ = writeln!(
-        k.body,
-        "    const int64_t R = {}, N = {};",
+        k.setup,
+        "const int64_t R = {}, N = {};",
         k.em.dim(&numel(&shape[..rank - 1])),
         k.em.dim(&shape[rank - 1])
     );
-    let mut code = String::new();
-    let mut start = DimExpr::constant(0);
     let q = k.ub.queue("cq".into(), n.dtype, true);
+    let c = &mut k.body;
+    c.open("for (int64_t r = aiv; r < R; r += naiv)");
+    row_offsets(&k.em, &sp, "r", c);
+    let mut start = DimExpr::constant(0);
     for (i, s) in &srcs {
-        let ext = g.node(*i).shape[axis].clone();
-        let end = start.add(&ext);
+        let end = start.add(&g.node(*i).shape[axis]);
         let (st, en) = (k.em.dim(&start), k.em.dim(&end));
         let a = sp.accesses[i];
         // Along the last axis each input fills a column window; along another axis, a row
@@ -876,38 +983,30 @@ fn gen_concat(k: &mut K, grp: &Group) -> Work {
             (format!("x_i{axis} >= ({st}) && x_i{axis} < ({en})"), "0".into(), "N".into())
         };
         let fix = format!("- ({st}) * ac{a}_s{axis}");
-        let _ = writeln!(
-            code,
-            "        if ({cond}) for (int64_t c0 = {c_lo}; c0 < {c_hi}; c0 += CH) {{ /* from {} */",
-            g.node(*i).name
-        );
-        let _ =
-            writeln!(code, "            const int32_t cn = (int32_t)af_min(CH, ({c_hi}) - c0);");
-        let _ =
-            writeln!(code, "            AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
-        match s {
-            Src::Row { gm, off, .. } => {
-                let _ = writeln!(code, "            AscendC::DataCopyPad(x, {gm}[{off} {fix} + c0], AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}}, AscendC::DataCopyPadExtParams<{ty}>{{false, 0, 0, 0}});");
+        let head = format!("if ({cond}) for (int64_t c0 = {c_lo}; c0 < {c_hi}; c0 += CH)");
+        c.block_noted(&head, &format!("from {}", g.node(*i).name), |c| {
+            let _ = writeln!(c, "const int32_t cn = (int32_t)af_min(CH, ({c_hi}) - c0);");
+            let _ = writeln!(c, "AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
+            match s {
+                Src::Row { gm, off, .. } => {
+                    c.line(pad_in("x", &format!("{gm}[{off} {fix} + c0]"), ty));
+                }
+                Src::Scalar { gm, off, .. } => {
+                    let _ = writeln!(c, "for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {gm}.GetValue({off} {fix}));");
+                }
+                Src::Gather { gm, off, stride, .. } => {
+                    let _ = writeln!(c, "for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {gm}.GetValue({off} {fix} + (c0 + j) * ({stride})));");
+                }
             }
-            Src::Scalar { gm, off, .. } => {
-                let _ = writeln!(code, "            for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {gm}.GetValue({off} {fix}));");
-            }
-            Src::Gather { gm, off, stride, .. } => {
-                let _ = writeln!(code, "            for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {gm}.GetValue({off} {fix} + (c0 + j) * ({stride})));");
-            }
-        }
-        let _ = writeln!(code, "            {q}.EnQue(x);\n            x = {q}.DeQue<{ty}>();");
-        let _ = writeln!(code, "            AscendC::PipeBarrier<PIPE_ALL>(); /* the copy out reads what MTE2 / the scalar unit wrote */");
-        let _ = writeln!(code, "            AscendC::DataCopyPad({ob}[r * N + c0], x, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({ty})), 0, 0, 0}});");
-        let _ = writeln!(code, "            {q}.FreeTensor(x);\n        }}");
+            let _ = writeln!(c, "{q}.EnQue(x);");
+            let _ = writeln!(c, "x = {q}.DeQue<{ty}>();");
+            c.line("AscendC::PipeBarrier<PIPE_ALL>(); /* the copy out reads what MTE2 / the scalar unit wrote */");
+            c.line(pad_out(&format!("{ob}[r * N + c0]"), "x", ty));
+            let _ = writeln!(c, "{q}.FreeTensor(x);");
+        });
         start = end;
     }
-    let b = &mut k.body;
-    b.push_str("    /*UB*/\n");
-    let _ = writeln!(b, "    for (int64_t r = aiv; r < R; r += naiv) {{");
-    b.push_str(&row_offsets(&k.em, &sp, "r", "        "));
-    b.push_str(&code);
-    let _ = writeln!(b, "    }}");
+    c.close();
     Work::Rows { rows: numel(&shape[..rank - 1]), n: shape[rank - 1].clone(), row_buffers: 0 }
 }
 
@@ -930,302 +1029,350 @@ fn mm_layout(em: &Emitter, sp: &Space, v: NodeId) -> Option<(bool, String)> {
     }
 }
 
-/// Returns the work and whether A and B are staged in the user workspace.
-fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
-    let g = k.em.g;
-    let anchor = grp.anchor.expect("matmul group has an anchor");
-    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
-    let out_shape = g.node(anchor).shape.clone();
-    let r = out_shape.len();
-    let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
-    let k_dim = g.node(a_in).shape.last().unwrap().clone();
-    let batch: Shape = out_shape[..r - 2].to_vec();
-    let with = |x: DimExpr, y: DimExpr| {
-        let mut s = batch.clone();
+/// How the Matmul API reads an operand: `trans` and leading dimension `ld` as in `mm_layout`,
+/// from the operand's own buffer or (`staged`) from the contiguous f32 copy the AIVs wrote to
+/// the user workspace.
+struct Operand {
+    /// The operand and the space it is read in (its access declared).
+    v: NodeId,
+    sp: Space,
+    trans: bool,
+    ld: String,
+    staged: bool,
+}
+
+/// A `matmul::MatmulType` of a GM float matrix in ND format (`trans` for A and B, none for C).
+fn gm_matrix(trans: Option<bool>) -> String {
+    match trans {
+        Some(t) => {
+            format!("matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {t}>")
+        }
+        None => "matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>".to_string(),
+    }
+}
+
+/// The Matmul object `name` of an A (`ta`) by B (`tb`) product into a GM float C.
+fn matmul_object(name: &str, ta: bool, tb: bool) -> String {
+    format!(
+        "matmul::Matmul<{}, {}, {}> {name};",
+        gm_matrix(Some(ta)),
+        gm_matrix(Some(tb)),
+        gm_matrix(None)
+    )
+}
+
+/// The user workspace (after the Matmul API's system workspace) and the running size of what
+/// is staged at its start.
+fn user_workspace(c: &mut Code) {
+    c.line("__gm__ float *uws = (__gm__ float *)AscendC::GetUserWorkspace(workspace);");
+    c.line("int64_t stage = 0; /* floats of staged operands at the start of the user workspace */");
+}
+
+/// The barrier after staging operands.
+fn sync_staged(c: &mut Code) {
+    c.line(
+        "AscendC::SyncAll(); /* every AIV's staged rows are in GM before any tile reads them */",
+    );
+}
+
+/// The parts of a matmul group: `A [batch.., M, K]` by `B [batch.., K, N]`, the prologue
+/// (the members A depends on) and the epilogue (the members after the product).
+struct MatmulParts {
+    anchor: NodeId,
+    a_in: NodeId,
+    b_in: NodeId,
+    out_shape: Shape,
+    batch: Shape,
+    k_dim: DimExpr,
+    pro_nodes: Vec<NodeId>,
+    epi_nodes: Vec<NodeId>,
+}
+
+impl MatmulParts {
+    fn new(g: &Graph, grp: &Group) -> MatmulParts {
+        let anchor = grp.anchor.expect("matmul group has an anchor");
+        let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+        let out_shape = g.node(anchor).shape.clone();
+        let r = out_shape.len();
+        let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
+        let k_dim = g.node(a_in).shape.last().unwrap().clone();
+        let batch: Shape = out_shape[..r - 2].to_vec();
+        let mut prologue = BTreeSet::new();
+        let mut stack = vec![anchor];
+        while let Some(x) = stack.pop() {
+            for i in &g.node(x).inputs {
+                if members.contains(i) && prologue.insert(*i) {
+                    stack.push(*i);
+                }
+            }
+        }
+        let pro_nodes: Vec<NodeId> =
+            grp.nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
+        let epi_nodes: Vec<NodeId> =
+            grp.nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
+        MatmulParts { anchor, a_in, b_in, out_shape, batch, k_dim, pro_nodes, epi_nodes }
+    }
+    /// `[batch.., x, y]`.
+    fn with(&self, x: DimExpr, y: DimExpr) -> Shape {
+        let mut s = self.batch.clone();
         s.push(x);
         s.push(y);
         s
-    };
-    let mut prologue = BTreeSet::new();
-    let mut stack = vec![anchor];
-    while let Some(x) = stack.pop() {
-        for i in &g.node(x).inputs {
-            if members.contains(i) && prologue.insert(*i) {
-                stack.push(*i);
-            }
-        }
     }
-    let pro_nodes: Vec<NodeId> =
-        grp.nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
-    let epi_nodes: Vec<NodeId> =
-        grp.nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
-    let mut spa = Space {
-        tag: "a",
-        shape: with(out_shape[r - 2].clone(), k_dim.clone()),
-        accesses: BTreeMap::new(),
-    };
-    let mut spb = Space {
-        tag: "b",
-        shape: with(k_dim.clone(), out_shape[r - 1].clone()),
-        accesses: BTreeMap::new(),
-    };
-    let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
-    let em = &mut k.em;
+    fn m(&self) -> DimExpr {
+        self.out_shape[self.out_shape.len() - 2].clone()
+    }
+    fn n(&self) -> DimExpr {
+        self.out_shape[self.out_shape.len() - 1].clone()
+    }
+}
+
+/// Returns the work and whether A and B are staged in the user workspace.
+fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
+    let mp = MatmulParts::new(k.em.g, grp);
+    let em = &k.em;
     let _ = writeln!(
-        k.body,
-        "    const int64_t BATCH = {}, M = {}, N = {}, K = {};",
-        em.dim(&numel(&batch)),
-        em.dim(&out_shape[r - 2]),
-        em.dim(&out_shape[r - 1]),
-        em.dim(&k_dim)
+        k.setup,
+        "const int64_t BATCH = {}, M = {}, N = {}, K = {};",
+        em.dim(&numel(&mp.batch)),
+        em.dim(&mp.m()),
+        em.dim(&mp.n()),
+        em.dim(&mp.k_dim)
     );
-    let _ = writeln!(k.body, "    const int64_t MC = t.mc, NC = t.nc, mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
-    let _ = writeln!(
-        k.body,
-        "    __gm__ float *uws = (__gm__ float *)AscendC::GetUserWorkspace(workspace);"
-    );
-    let _ = writeln!(
-        k.body,
-        "    int64_t stage = 0; /* floats of staged operands at the start of the user workspace */"
-    );
-    // Operand A: direct (the Matmul API reads the view) or staged by the AIVs.
-    let a_direct = if pro_nodes.is_empty() {
+    k.setup.line("const int64_t MC = t.mc, NC = t.nc, mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
+    user_workspace(&mut k.setup);
+    let a = matmul_operand_a(k, &mp);
+    let b = matmul_operand_b(k, &mp);
+    let (epi, spo) = matmul_epilogue(k, grp, &mp);
+    let c = &mut k.setup;
+    c.line("AscendC::tiling::TCubeTiling ct;");
+    c.line("af_cube_tiling(t, 0, ct);");
+    c.line(matmul_object("mm", a.trans, b.trans));
+    c.line("REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mm, &ct); /* the AIC serves the AIVs' calls, then returns */");
+    if a.staged || b.staged {
+        sync_staged(&mut k.body);
+    }
+    matmul_tiles(k, &a, &b, &epi, &spo);
+    let work = Work::MatMul { batch: numel(&mp.batch), m: mp.m(), n: mp.n(), k: mp.k_dim };
+    (work, a.staged, b.staged)
+}
+
+/// Operand A: read in place when the Matmul API can address it, else staged by the AIVs as
+/// contiguous f32 rows `wa` (the norm prologue applied once per row, or the operand copied).
+fn matmul_operand_a(k: &mut K, mp: &MatmulParts) -> Operand {
+    let g = k.em.g;
+    let a_in = mp.a_in;
+    let mut spa = space("a", mp.with(mp.m(), mp.k_dim.clone()));
+    if mp.pro_nodes.is_empty() {
         k.em.access(&mut spa, a_in);
-        mm_layout(&k.em, &spa, a_in)
-    } else {
-        None
-    };
-    let stage_a = a_direct.is_none();
-    let mut staged = String::new();
-    if stage_a {
-        // Stage A = the prologue's output (or the operand itself) as contiguous f32 rows.
-        let mut srcs = BTreeMap::new();
-        let pro_members: BTreeSet<NodeId> = pro_nodes.iter().copied().collect();
-        let nodes = pro_nodes.clone();
-        for i in ext_inputs(g, &pro_nodes, &pro_members) {
-            let s = k.src(&mut spa, i, "0");
-            srcs.insert(i, s);
+        if let Some((trans, ld)) = mm_layout(&k.em, &spa, a_in) {
+            return Operand { v: a_in, sp: spa, trans, ld, staged: false };
         }
-        if pro_nodes.is_empty() {
-            let s = k.src(&mut spa, a_in, "0");
-            srcs.insert(a_in, s);
-        }
-        // The staged value: the prologue's last member (= a_in) or the operand through a copy.
-        let job = Job {
-            g,
-            space: spa.shape.clone(),
-            nodes: nodes.clone(),
-            srcs,
-            outs: vec![(a_in, "wa".into(), "ra * K".into(), DType::F32)],
-            row_i: "0".into(),
-            causal_shift: "0".into(),
-            col0: "0".into(),
-            ncols: "K".into(),
-            tag: "a".into(),
-        };
-        let row = if nodes.is_empty() {
-            copy_row(&mut k.ub, &job, a_in)
-        } else {
-            job.emit(&mut k.ub, "        ")
-        };
-        let _ = writeln!(
-            staged,
-            "    /* stage A ({}) as contiguous f32 rows in the user workspace */",
-            if pro_nodes.is_empty() {
-                "a view the Matmul API cannot address"
-            } else {
-                "the norm prologue applied once per row"
-            }
-        );
-        let _ = writeln!(
-            staged,
-            "    AscendC::GlobalTensor<float> wa; wa.SetGlobalBuffer(uws + stage, BATCH * M * K);"
-        );
-        let _ = writeln!(staged, "    for (int64_t ra = aiv; ra < BATCH * M; ra += naiv) {{");
-        staged.push_str(&row_offsets(&k.em, &spa, "ra", "        "));
-        staged.push_str(&row);
-        let _ = writeln!(staged, "    }}\n    stage += BATCH * M * K;");
     }
-    k.em.access(&mut spb, b_in);
-    let b_direct = mm_layout(&k.em, &spb, b_in);
-    let stage_b = b_direct.is_none();
-    if stage_b {
-        let mut srcs = BTreeMap::new();
-        let s = k.src(&mut spb, b_in, "0");
-        srcs.insert(b_in, s);
-        let outs = vec![(b_in, "wb".into(), "rb * N".into(), DType::F32)];
-        let job = Job {
-            g,
-            space: spb.shape.clone(),
-            nodes: vec![],
-            srcs,
-            outs,
-            row_i: "0".into(),
-            causal_shift: "0".into(),
-            col0: "0".into(),
-            ncols: "N".into(),
-            tag: "b".into(),
-        };
-        let row = copy_row(&mut k.ub, &job, b_in);
-        let _ = writeln!(
-            staged,
-            "    /* stage B (a view the Matmul API cannot address) as contiguous f32 rows */"
-        );
-        let _ = writeln!(
-            staged,
-            "    AscendC::GlobalTensor<float> wb; wb.SetGlobalBuffer(uws + stage, BATCH * K * N);"
-        );
-        let _ = writeln!(staged, "    for (int64_t rb = aiv; rb < BATCH * K; rb += naiv) {{");
-        staged.push_str(&row_offsets(&k.em, &spb, "rb", "        "));
-        staged.push_str(&row);
-        let _ = writeln!(staged, "    }}\n    stage += BATCH * K * N;");
-    }
-    // Epilogue job over the output rows of one tile.
+    // Stage A = the prologue's output (or the operand itself) as contiguous f32 rows.
     let mut srcs = BTreeMap::new();
-    for i in ext_inputs(g, &epi_nodes, &members) {
-        if i == anchor {
+    let pro_members: BTreeSet<NodeId> = mp.pro_nodes.iter().copied().collect();
+    for i in ext_inputs(g, &mp.pro_nodes, &pro_members) {
+        let s = k.src(&mut spa, i, "0");
+        srcs.insert(i, s);
+    }
+    if mp.pro_nodes.is_empty() {
+        let s = k.src(&mut spa, a_in, "0");
+        srcs.insert(a_in, s);
+    }
+    // The staged value: the prologue's last member (= a_in) or the operand through a copy.
+    let job = Job {
+        g,
+        space: spa.shape.clone(),
+        nodes: mp.pro_nodes.clone(),
+        srcs,
+        outs: vec![(a_in, "wa".into(), "ra * K".into(), DType::F32)],
+        row_i: "0".into(),
+        causal_shift: "0".into(),
+        col0: "0".into(),
+        ncols: "K".into(),
+        tag: "a".into(),
+    };
+    let c = &mut k.body;
+    let what = if mp.pro_nodes.is_empty() {
+        "a view the Matmul API cannot address"
+    } else {
+        "the norm prologue applied once per row"
+    };
+    let _ = writeln!(c, "/* stage A ({what}) as contiguous f32 rows in the user workspace */");
+    c.line("AscendC::GlobalTensor<float> wa; wa.SetGlobalBuffer(uws + stage, BATCH * M * K);");
+    c.open("for (int64_t ra = aiv; ra < BATCH * M; ra += naiv)");
+    row_offsets(&k.em, &spa, "ra", c);
+    if mp.pro_nodes.is_empty() {
+        copy_row(&mut k.ub, &job, a_in, c);
+    } else {
+        job.emit(&mut k.ub, c);
+    }
+    c.close();
+    c.line("stage += BATCH * M * K;");
+    Operand { v: a_in, sp: spa, trans: false, ld: "K".into(), staged: true }
+}
+
+/// Operand B: read in place when the Matmul API can address it, else copied by the AIVs as
+/// contiguous f32 rows `wb`.
+fn matmul_operand_b(k: &mut K, mp: &MatmulParts) -> Operand {
+    let b_in = mp.b_in;
+    let mut spb = space("b", mp.with(mp.k_dim.clone(), mp.n()));
+    k.em.access(&mut spb, b_in);
+    if let Some((trans, ld)) = mm_layout(&k.em, &spb, b_in) {
+        return Operand { v: b_in, sp: spb, trans, ld, staged: false };
+    }
+    let mut srcs = BTreeMap::new();
+    let s = k.src(&mut spb, b_in, "0");
+    srcs.insert(b_in, s);
+    let job = Job {
+        g: k.em.g,
+        space: spb.shape.clone(),
+        nodes: vec![],
+        srcs,
+        outs: vec![(b_in, "wb".into(), "rb * N".into(), DType::F32)],
+        row_i: "0".into(),
+        causal_shift: "0".into(),
+        col0: "0".into(),
+        ncols: "N".into(),
+        tag: "b".into(),
+    };
+    let c = &mut k.body;
+    c.line("/* stage B (a view the Matmul API cannot address) as contiguous f32 rows */");
+    c.line("AscendC::GlobalTensor<float> wb; wb.SetGlobalBuffer(uws + stage, BATCH * K * N);");
+    c.open("for (int64_t rb = aiv; rb < BATCH * K; rb += naiv)");
+    row_offsets(&k.em, &spb, "rb", c);
+    copy_row(&mut k.ub, &job, b_in, c);
+    c.close();
+    c.line("stage += BATCH * K * N;");
+    Operand { v: b_in, sp: spb, trans: false, ld: "N".into(), staged: true }
+}
+
+/// The epilogue job over the output rows of one tile, and the output space it reads in.
+fn matmul_epilogue<'g>(k: &mut K<'g>, grp: &Group, mp: &MatmulParts) -> (Job<'g>, Space) {
+    let g = k.em.g;
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let mut spo = space("o", mp.out_shape.clone());
+    let mut srcs = BTreeMap::new();
+    for i in ext_inputs(g, &mp.epi_nodes, &members) {
+        if i == mp.anchor {
             continue;
         }
         let s = k.src(&mut spo, i, "n0");
         srcs.insert(i, s);
     }
-    srcs.insert(anchor, Src::Row { gm: "wc".into(), off: "ti * NC".into(), d: DType::F32 });
+    srcs.insert(mp.anchor, Src::Row { gm: "wc".into(), off: "ti * NC".into(), d: DType::F32 });
     let outs: Vec<(NodeId, String, String, DType)> = grp
         .outputs
         .iter()
         .map(|o| (*o, k.gm(k.em.buf[o]), "orow * N + n0".to_string(), g.node(*o).dtype))
         .collect();
-    let mut nodes = epi_nodes.clone();
-    let anchor_out = grp.outputs.contains(&anchor);
-    if anchor_out {
-        nodes.retain(|n| *n != anchor);
+    let mut nodes = mp.epi_nodes.clone();
+    // The anchor is a phase-0 source; when it is itself an output it is copied out.
+    if grp.outputs.contains(&mp.anchor) {
+        nodes.retain(|n| *n != mp.anchor);
     }
     let job = Job {
         g,
-        space: out_shape.clone(),
+        space: mp.out_shape.clone(),
         nodes,
         srcs,
         outs,
-        row_i: format!("o_i{}", r - 2),
-        causal_shift: causal_shift(&k.em, &epi_nodes),
+        row_i: format!("o_i{}", mp.out_shape.len() - 2),
+        causal_shift: causal_shift(&k.em, &mp.epi_nodes),
         col0: "n0".into(),
         ncols: "nlen".into(),
         tag: "o".into(),
     };
-    // The anchor is a phase-0 source; when it is itself an output it is copied out.
-    let epi = job.emit(&mut k.ub, "            ");
-    let (ta, lda) = a_direct.clone().unwrap_or((false, "K".into()));
-    let (tb, ldb) = b_direct.clone().unwrap_or((false, "N".into()));
-    let b = &mut k.body;
-    let _ = writeln!(b, "    AscendC::tiling::TCubeTiling ct;\n    af_cube_tiling(t, 0, ct);");
-    let _ = writeln!(b, "    matmul::Matmul<matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {ta}>, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {tb}>, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>> mm;");
-    let _ = writeln!(b, "    REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mm, &ct); /* the AIC serves the AIVs' calls, then returns */");
-    b.push_str("    /*UB*/\n");
-    b.push_str(&staged);
-    if stage_a || stage_b {
-        let _ = writeln!(b, "    AscendC::SyncAll(); /* every AIV's staged rows are in GM before any tile reads them */");
-    }
-    let _ = writeln!(b, "    AscendC::GlobalTensor<float> wc; wc.SetGlobalBuffer(uws + stage + aiv * MC * NC, MC * NC); /* this AIV's C tile */");
-    let _ = writeln!(b, "    for (int64_t u = aiv; u < units; u += naiv) {{");
-    let _ =
-        writeln!(b, "        const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
-    let _ = writeln!(b, "        const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min(MC, M - m0), nlen = af_min(NC, N - n0);");
-    if stage_a {
-        let _ = writeln!(b, "        AscendC::GlobalTensor<float> ga = wa[(bi * M + m0) * K];");
+    (job, spo)
+}
+
+/// This AIV's output tiles: the cube writes each `mlen x nlen` tile into the AIV's slice `wc`
+/// of the user workspace, then the AIV applies the epilogue row by row.
+fn matmul_tiles(k: &mut K, a: &Operand, b: &Operand, epi: &Job, spo: &Space) {
+    let g = k.em.g;
+    let c = &mut k.body;
+    c.line("AscendC::GlobalTensor<float> wc; wc.SetGlobalBuffer(uws + stage + aiv * MC * NC, MC * NC); /* this AIV's C tile */");
+    c.open("for (int64_t u = aiv; u < units; u += naiv)");
+    c.line("const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
+    c.line("const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min(MC, M - m0), nlen = af_min(NC, N - n0);");
+    if a.staged {
+        c.line("AscendC::GlobalTensor<float> ga = wa[(bi * M + m0) * K];");
     } else {
-        b.push_str(&row_offsets(&k.em, &spa, "bi * M + m0", "        "));
-        let a = spa.accesses[&a_in];
-        let gb = format!("g{}", k.em.buf[&resolve(g, a_in).base]);
-        let _ = writeln!(b, "        AscendC::GlobalTensor<float> ga = {gb}[a_row{a}];");
+        row_offsets(&k.em, &a.sp, "bi * M + m0", c);
+        let ac = a.sp.accesses[&a.v];
+        let gb = format!("g{}", k.em.buf[&resolve(g, a.v).base]);
+        let _ = writeln!(c, "AscendC::GlobalTensor<float> ga = {gb}[a_row{ac}];");
     }
-    if stage_b {
-        let _ = writeln!(b, "        AscendC::GlobalTensor<float> gbm = wb[bi * K * N + n0];");
+    if b.staged {
+        c.line("AscendC::GlobalTensor<float> gbm = wb[bi * K * N + n0];");
     } else {
-        b.push_str(&row_offsets(&k.em, &spb, "bi * K", "        "));
-        let a = spb.accesses[&b_in];
-        let gb = format!("g{}", k.em.buf[&resolve(g, b_in).base]);
-        let col = if tb { format!("n0 * ({ldb})") } else { "n0".into() };
-        let _ = writeln!(b, "        AscendC::GlobalTensor<float> gbm = {gb}[b_row{a} + {col}];");
+        row_offsets(&k.em, &b.sp, "bi * K", c);
+        let ac = b.sp.accesses[&b.v];
+        let gb = format!("g{}", k.em.buf[&resolve(g, b.v).base]);
+        let col = if b.trans { format!("n0 * ({})", b.ld) } else { "n0".into() };
+        let _ = writeln!(c, "AscendC::GlobalTensor<float> gbm = {gb}[b_row{ac} + {col}];");
     }
     // SetOrgShape comes before SetTensorA/B and SetSingleShape (SetOrgShape.md, constraints);
     // its fifth argument is C's row stride (the tile is NC wide, B's rows N).
-    let _ = writeln!(
-        b,
-        "        mm.SetOrgShape({});",
-        org_shape("M", "N", "K", (ta, &lda), (tb, &ldb), "NC")
-    );
-    let _ = writeln!(b, "        mm.SetTensorA(ga, {ta});\n        mm.SetTensorB(gbm, {tb});");
-    let _ = writeln!(b, "        mm.SetSingleShape((int)mlen, (int)nlen, (int)K);");
-    let _ = writeln!(b, "        mm.IterateAll(wc);");
-    let _ =
-        writeln!(b, "        for (int64_t ti = 0; ti < mlen; ++ti) {{ /* epilogue, row by row */");
-    let _ = writeln!(b, "            const int64_t orow = bi * M + m0 + ti;");
-    b.push_str(&row_offsets(&k.em, &spo, "orow", "            "));
-    b.push_str(&epi);
-    let _ = writeln!(b, "        }}\n    }}\n    mm.End();");
-    (
-        Work::MatMul {
-            batch: numel(&batch),
-            m: out_shape[r - 2].clone(),
-            n: out_shape[r - 1].clone(),
-            k: k_dim,
-        },
-        stage_a,
-        stage_b,
-    )
+    let org = org_shape("M", "N", "K", (a.trans, &a.ld), (b.trans, &b.ld), "NC");
+    let _ = writeln!(c, "mm.SetOrgShape({org});");
+    let _ = writeln!(c, "mm.SetTensorA(ga, {});", a.trans);
+    let _ = writeln!(c, "mm.SetTensorB(gbm, {});", b.trans);
+    c.line("mm.SetSingleShape((int)mlen, (int)nlen, (int)K);");
+    c.line("mm.IterateAll(wc);");
+    c.block_noted("for (int64_t ti = 0; ti < mlen; ++ti)", "epilogue, row by row", |c| {
+        c.line("const int64_t orow = bi * M + m0 + ti;");
+        row_offsets(&k.em, spo, "orow", c);
+        epi.emit(&mut k.ub, c);
+    });
+    c.close();
+    c.line("mm.End();");
 }
 
-/// How the Matmul API reads operand `v` of space `sp` (tag `tag`, rows `rows` = the
-/// space's row count, `ncols` columns): directly (`(trans, ld, None)`) or from an f32 copy
-/// the AIVs stage in the user workspace (`(false, ncols, Some(code))`, the code advancing
-/// `stage`; the copy is named `w<tag>`).
-fn operand(
-    k: &mut K,
-    sp: &mut Space,
-    v: NodeId,
-    rows: &str,
-    ncols: &str,
-) -> (bool, String, Option<String>) {
+/// How the Matmul API reads operand `v` of space `sp` (rows `rows` = the space's row count,
+/// `ncols` columns): directly, or from an f32 copy `w<tag>` the AIVs stage in the user
+/// workspace (the staging written here, advancing `stage`).
+fn operand(k: &mut K, mut sp: Space, v: NodeId, rows: &str, ncols: &str) -> Operand {
     let g = k.em.g;
-    k.em.access(sp, v);
-    if let Some((t, ld)) = mm_layout(&k.em, sp, v) {
-        return (t, ld, None);
+    k.em.access(&mut sp, v);
+    if let Some((trans, ld)) = mm_layout(&k.em, &sp, v) {
+        return Operand { v, sp, trans, ld, staged: false };
     }
     let tag = sp.tag;
     let mut srcs = BTreeMap::new();
-    let s = k.src(sp, v, "0");
+    let s = k.src(&mut sp, v, "0");
     srcs.insert(v, s);
-    let outs = vec![(v, format!("w{tag}"), format!("r{tag} * ({ncols})"), DType::F32)];
     let job = Job {
         g,
         space: sp.shape.clone(),
         nodes: vec![],
         srcs,
-        outs,
+        outs: vec![(v, format!("w{tag}"), format!("r{tag} * ({ncols})"), DType::F32)],
         row_i: "0".into(),
         causal_shift: "0".into(),
         col0: "0".into(),
         ncols: ncols.into(),
         tag: tag.into(),
     };
-    let row = copy_row(&mut k.ub, &job, v);
-    let mut st = String::new();
+    let what = if g.node(v).dtype == DType::F32 {
+        "a view the Matmul API cannot address"
+    } else {
+        "converted to f32 for the cube"
+    };
+    let c = &mut k.body;
     let _ = writeln!(
-        st,
-        "    /* stage {} ({}) as contiguous f32 rows in the user workspace */",
-        g.node(v).name,
-        if g.node(v).dtype == DType::F32 {
-            "a view the Matmul API cannot address"
-        } else {
-            "converted to f32 for the cube"
-        }
+        c,
+        "/* stage {} ({what}) as contiguous f32 rows in the user workspace */",
+        g.node(v).name
     );
-    let _ = writeln!(st, "    AscendC::GlobalTensor<float> w{tag}; w{tag}.SetGlobalBuffer(uws + stage, ({rows}) * ({ncols}));");
-    let _ = writeln!(st, "    for (int64_t r{tag} = aiv; r{tag} < {rows}; r{tag} += naiv) {{");
-    st.push_str(&row_offsets(&k.em, sp, &format!("r{tag}"), "        "));
-    st.push_str(&row);
-    let _ = writeln!(st, "    }}\n    stage += ({rows}) * ({ncols});");
-    (false, ncols.to_string(), Some(st))
+    let _ = writeln!(c, "AscendC::GlobalTensor<float> w{tag}; w{tag}.SetGlobalBuffer(uws + stage, ({rows}) * ({ncols}));");
+    c.open(format!("for (int64_t r{tag} = aiv; r{tag} < {rows}; r{tag} += naiv)"));
+    row_offsets(&k.em, &sp, &format!("r{tag}"), c);
+    copy_row(&mut k.ub, &job, v, c);
+    c.close();
+    let _ = writeln!(c, "stage += ({rows}) * ({ncols});");
+    Operand { v, sp, trans: false, ld: ncols.to_string(), staged: true }
 }
 
 /// `SetOrgShape` arguments of an `m x n` by `kk` product with operand layouts `(ta, lda)`,
@@ -1247,6 +1394,90 @@ fn org_shape(
     )
 }
 
+/// The UB of the softmax over score and output rows: the in and out queues of a row streamed
+/// through UB, a float slot, the output's queue and type, and the output buffer.
+struct FlashUb {
+    fq: String,
+    fo: String,
+    ex: String,
+    oq: String,
+    out_d: DType,
+    ob: String,
+}
+
+impl FlashUb {
+    /// A row of `n` floats of a GM f32 tile (from `src`) streamed through UB in chunks:
+    /// `body` sees the chunk as `x` and leaves what it computes in `y`, which `store`
+    /// (queue, type, GM destination), if any, writes back. `body` is spliced as written,
+    /// relative to the loop's `for` line: the bodies of the block max and of P sit one level
+    /// into the loop, the rescale's at the `for`'s own level and the final store's two levels
+    /// in (an indentation quirk of the output, kept).
+    fn stream(
+        &self,
+        c: &mut Code,
+        src: &str,
+        n: &str,
+        body: &Code,
+        store: Option<(&str, &str, &str)>,
+    ) {
+        let fq = &self.fq;
+        c.line(format!("for (int64_t c0 = 0; c0 < {n}; c0 += CH) {{"));
+        c.indented(|c| {
+            let _ = writeln!(c, "const int32_t cn = (int32_t)af_min(CH, {n} - c0);");
+            aligned_group(
+                c,
+                &[
+                    format!("AscendC::LocalTensor<float> x = {fq}.AllocTensor<float>();"),
+                    pad_in("x", src, "float"),
+                    format!("{fq}.EnQue(x);"),
+                ],
+            );
+            let _ = writeln!(c, "AscendC::LocalTensor<float> x = {fq}.DeQue<float>();");
+        });
+        c.append(body);
+        c.indented(|c| {
+            if let Some((q, ty, dst)) = store {
+                enque_store(c, q, "y", ty, dst);
+            }
+            let _ = writeln!(c, "{fq}.FreeTensor(x);");
+        });
+        c.line("}");
+    }
+}
+
+/// The shapes of a flash group: scores `[batch.., SQ, SK]` = Q `[.., SQ, D]` by K^T
+/// `[.., D, SK]`, output P V `[.., SQ, DV]`.
+struct FlashShape {
+    batch: Shape,
+    scores: Shape,
+    sq: DimExpr,
+    sk: DimExpr,
+    d: DimExpr,
+    dv: DimExpr,
+}
+
+impl FlashShape {
+    /// `[batch.., a, b]`.
+    fn with(&self, a: DimExpr, b: DimExpr) -> Shape {
+        let mut s = self.batch.clone();
+        s.extend([a, b]);
+        s
+    }
+}
+
+/// What the loops of a flash kernel read: the three operands, the chain on the score tile
+/// (one row's code over the space of the scores, with its op names), whether it holds a
+/// causal mask, and the softmax's UB.
+struct Flash {
+    q: Operand,
+    k: Operand,
+    v: Operand,
+    chain: Option<(Code, String)>,
+    sps: Space,
+    causal: bool,
+    ub: FlashUb,
+}
+
 /// Flash attention: per AIV a block of `BR` queries of one batch entry, key blocks of `BC`.
 /// The cube computes S = Q K^T into the AIV's score tile; the AIV applies the chain (scale,
 /// mask) in place, takes the block's row maxima, writes P = exp(S - max) over the tile and
@@ -1261,47 +1492,66 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     let (q, kt, v) = (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
     let ss = g.node(f.scores).shape.clone();
     let r = ss.len();
-    let batch: Shape = ss[..r - 2].to_vec();
-    let (sq, sk) = (ss[r - 2].clone(), ss[r - 1].clone());
-    let d = g.node(q).shape.last().unwrap().clone();
-    let dv = g.node(f.pv).shape.last().unwrap().clone();
-    let with = |a: DimExpr, b: DimExpr| {
-        let mut s = batch.clone();
-        s.extend([a, b]);
-        s
+    let fs = FlashShape {
+        batch: ss[..r - 2].to_vec(),
+        sq: ss[r - 2].clone(),
+        sk: ss[r - 1].clone(),
+        d: g.node(q).shape.last().unwrap().clone(),
+        dv: g.node(f.pv).shape.last().unwrap().clone(),
+        scores: ss,
     };
-    let mut spq = Space { tag: "q", shape: with(sq.clone(), d.clone()), accesses: BTreeMap::new() };
-    let mut spk = Space { tag: "k", shape: with(d.clone(), sk.clone()), accesses: BTreeMap::new() };
-    let mut spv =
-        Space { tag: "v", shape: with(sk.clone(), dv.clone()), accesses: BTreeMap::new() };
-    let mut sps = Space { tag: "s", shape: ss.clone(), accesses: BTreeMap::new() };
-    let em = &mut k.em;
+    let em = &k.em;
     let _ = writeln!(
-        k.body,
-        "    const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};",
-        em.dim(&numel(&batch)),
-        em.dim(&sq),
-        em.dim(&sk),
-        em.dim(&d),
-        em.dim(&dv)
+        k.setup,
+        "const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};",
+        em.dim(&numel(&fs.batch)),
+        em.dim(&fs.sq),
+        em.dim(&fs.sk),
+        em.dim(&fs.d),
+        em.dim(&fs.dv)
     );
-    let _ = writeln!(
-        k.body,
-        "    const int64_t BR = t.br, BC = t.bc, qt = (SQ + BR - 1) / BR, units = BATCH * qt;"
-    );
-    let _ = writeln!(
-        k.body,
-        "    __gm__ float *uws = (__gm__ float *)AscendC::GetUserWorkspace(workspace);"
-    );
-    let _ = writeln!(
-        k.body,
-        "    int64_t stage = 0; /* floats of staged operands at the start of the user workspace */"
-    );
-    let (tq, ldq, stq) = operand(k, &mut spq, q, "BATCH * SQ", "D");
-    let (tk, ldk, stk) = operand(k, &mut spk, kt, "BATCH * D", "SK");
-    let (tv, ldv, stv) = operand(k, &mut spv, v, "BATCH * SK", "DV");
-    let (stage_a, stage_b) = (stq.is_some(), stk.is_some() || stv.is_some());
-    // The chain on the score tile, in place (a rows job over the columns [k0, k0 + bc)).
+    k.setup
+        .line("const int64_t BR = t.br, BC = t.bc, qt = (SQ + BR - 1) / BR, units = BATCH * qt;");
+    user_workspace(&mut k.setup);
+    // The running max and sum per query row, in UB beside the queues and slots; declared
+    // first in the body, before the operands' staging.
+    k.ub.extra_fixed += 2 * 64 * 4 + 64;
+    k.body.line("AscendC::TBuf<AscendC::TPosition::VECCALC> statb;");
+    k.body.line("pipe.InitBuffer(statb, 2 * 64 * sizeof(float));");
+    k.body.line("AscendC::LocalTensor<float> mr = statb.Get<float>(), lr = mr[64]; /* running max and sum per query row */");
+    let oq = operand(k, space("q", fs.with(fs.sq.clone(), fs.d.clone())), q, "BATCH * SQ", "D");
+    let ok = operand(k, space("k", fs.with(fs.d.clone(), fs.sk.clone())), kt, "BATCH * D", "SK");
+    let ov = operand(k, space("v", fs.with(fs.sk.clone(), fs.dv.clone())), v, "BATCH * SK", "DV");
+    let (stage_a, stage_b) = (oq.staged, ok.staged || ov.staged);
+    let (chain, sps) = flash_chain(k, &f, &members, &fs);
+    let fl = Flash {
+        q: oq,
+        k: ok,
+        v: ov,
+        chain,
+        sps,
+        causal: f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask),
+        ub: flash_ub(k, g.node(f.pv).dtype, f.pv),
+    };
+    flash_objects(&mut k.setup, &fl);
+    if stage_a || stage_b {
+        sync_staged(&mut k.body);
+    }
+    flash_blocks(k, &fl, &fs);
+    let FlashShape { batch, sq, sk, d, dv, .. } = fs;
+    (Work::Flash { batch: numel(&batch), sq, sk, d, dv }, stage_a, stage_b)
+}
+
+/// The chain on the score tile, in place: a rows job over the columns `[k0, k0 + bc)` of
+/// one score row (`None` without a chain), and the space of the scores it reads in.
+fn flash_chain(
+    k: &mut K,
+    f: &crate::group::FlashParts,
+    members: &BTreeSet<NodeId>,
+    fs: &FlashShape,
+) -> (Option<(Code, String)>, Space) {
+    let g = k.em.g;
+    let mut sps = space("s", fs.scores.clone());
     let mut srcs = BTreeMap::new();
     for &m in &f.chain {
         for &i in &g.node(m).inputs {
@@ -1315,201 +1565,188 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
         }
     }
     srcs.insert(f.qk, Src::Row { gm: "ws".into(), off: "i * BC".into(), d: DType::F32 });
-    let chain_code = if f.chain.is_empty() {
-        String::new()
-    } else {
-        let job = Job {
-            g,
-            space: ss.clone(),
-            nodes: f.chain.clone(),
-            srcs,
-            outs: vec![(f.scores, "ws".into(), "i * BC".into(), DType::F32)],
-            row_i: format!("s_i{}", r - 2),
-            causal_shift: causal_shift(&k.em, &f.chain),
-            col0: "k0".into(),
-            ncols: "bc".into(),
-            tag: "s".into(),
-        };
-        job.emit(&mut k.ub, "                ")
+    if f.chain.is_empty() {
+        return (None, sps);
+    }
+    let job = Job {
+        g,
+        space: fs.scores.clone(),
+        nodes: f.chain.clone(),
+        srcs,
+        outs: vec![(f.scores, "ws".into(), "i * BC".into(), DType::F32)],
+        row_i: format!("s_i{}", fs.scores.len() - 2),
+        causal_shift: causal_shift(&k.em, &f.chain),
+        col0: "k0".into(),
+        ncols: "bc".into(),
+        tag: "s".into(),
     };
-    let causal = f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask);
-    let fq = k.ub.queue("fq".into(), DType::F32, true);
-    let fo = k.ub.queue("fo".into(), DType::F32, false);
-    let ex = k.ub.slot();
-    let out_d = g.node(f.pv).dtype;
-    let oq = k.ub.queue("fy".into(), out_d, false);
-    k.ub.extra_fixed += 2 * 64 * 4 + 64;
-    let ob = k.gm(k.em.buf[&f.pv]);
-    // A row of a GM f32 tile through UB: `body` sees the chunk as `x` (in) and `y` (out).
-    let stream = |src: &str, dst: &str, n: &str, body: &str, ind: &str| -> String {
-        let mut s = String::new();
-        let _ = writeln!(s, "{ind}for (int64_t c0 = 0; c0 < {n}; c0 += CH) {{");
-        let _ = writeln!(s, "{ind}    const int32_t cn = (int32_t)af_min(CH, {n} - c0);");
+    let mut code = Code::new();
+    job.emit(&mut k.ub, &mut code);
+    let ops = f.chain.iter().map(|m| g.node(*m).op.name()).collect::<Vec<_>>().join(" ");
+    (Some((code, ops)), sps)
+}
+
+/// The softmax's queues and slot, and the output `pv` (dtype `out_d`) it stores.
+fn flash_ub(k: &mut K, out_d: DType, pv: NodeId) -> FlashUb {
+    FlashUb {
+        fq: k.ub.queue("fq".into(), DType::F32, true),
+        fo: k.ub.queue("fo".into(), DType::F32, false),
+        ex: k.ub.slot(),
+        oq: k.ub.queue("fy".into(), out_d, false),
+        out_d,
+        ob: k.gm(k.em.buf[&pv]),
+    }
+}
+
+/// The two Matmul objects, S = Q K^T and O += P V, and their tilings, registered with the AIC.
+fn flash_objects(c: &mut Code, fl: &Flash) {
+    c.line("AscendC::tiling::TCubeTiling ct0, ct1;");
+    c.line("af_cube_tiling(t, 0, ct0);");
+    c.line("af_cube_tiling(t, 1, ct1);");
+    let _ = writeln!(c, "{} /* S = Q K^T */", matmul_object("mqk", fl.q.trans, fl.k.trans));
+    let _ = writeln!(c, "{} /* O += P V */", matmul_object("mpv", false, fl.v.trans));
+    c.line("REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mqk, &ct0, mpv, &ct1); /* the AIC serves both, then returns */");
+}
+
+/// This AIV's query blocks: per block, the key blocks (scores, softmax, P V), then the
+/// normalised rows stored.
+fn flash_blocks(k: &mut K, fl: &Flash, fs: &FlashShape) {
+    let c = &mut k.body;
+    c.line("AscendC::GlobalTensor<float> ws, wo; /* this AIV's score tile (S, then P) and output accumulator */");
+    c.line("ws.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV), BR * BC);");
+    c.line("wo.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV) + BR * BC, BR * DV);");
+    c.open("for (int64_t u = aiv; u < units; u += naiv)");
+    c.line("const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min(BR, SQ - q0);");
+    c.line("for (int64_t i = 0; i < br; ++i) { mr.SetValue((uint32_t)i, -INFINITY); lr.SetValue((uint32_t)i, 0.0f); }");
+    c.open("for (int64_t k0 = 0; k0 < SK; k0 += BC)");
+    if fl.causal {
+        let _ = writeln!(
+            c,
+            "if (k0 > q0 + br - 1 + ({})) break; /* every later key is masked for this block */",
+            k.em.dim(&fs.sk.sub(&fs.sq))
+        );
+    }
+    c.line("const int64_t bc = af_min(BC, SK - k0);");
+    flash_key_block(c, &k.em, fl);
+    c.close();
+    flash_store(c, &fl.ub);
+    c.close();
+    c.line("mqk.End();");
+    c.line("mpv.End();");
+}
+
+/// `GlobalTensor<float> <name>` at row `row`, column `col` of operand `op` (its staged copy or
+/// its buffer).
+fn operand_at(c: &mut Code, em: &Emitter, op: &Operand, row: &str, col: &str, name: &str) {
+    let tag = op.sp.tag;
+    let ld = &op.ld;
+    if op.staged {
         let _ =
-            writeln!(s, "{ind}    {{ AscendC::LocalTensor<float> x = {fq}.AllocTensor<float>();");
-        let _ = writeln!(s, "{ind}      AscendC::DataCopyPad(x, {src}, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof(float)), 0, 0, 0}}, AscendC::DataCopyPadExtParams<float>{{false, 0, 0, 0}});");
-        let _ = writeln!(s, "{ind}      {fq}.EnQue(x); }}");
-        let _ = writeln!(s, "{ind}    AscendC::LocalTensor<float> x = {fq}.DeQue<float>();");
-        s.push_str(body);
-        if !dst.is_empty() {
-            let _ = writeln!(s, "{ind}    {fo}.EnQue(y);\n{ind}    y = {fo}.DeQue<float>();");
-            let _ = writeln!(s, "{ind}    AscendC::DataCopyPad({dst}, y, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof(float)), 0, 0, 0}});");
-            let _ = writeln!(s, "{ind}    {fo}.FreeTensor(y);");
-        }
-        let _ = writeln!(s, "{ind}    {fq}.FreeTensor(x);\n{ind}}}");
-        s
-    };
-    let i5 = "                    ";
-    let max_body = format!("{i5}AscendC::ReduceMax<float>(rd, x, rt, cn);\n{i5}{{ const float v = rd.GetValue(0); bm = v > bm ? v : bm; }}\n");
-    let exp_body = format!(
-        "{i5}AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();\n{i5}AscendC::Adds({ex}, x, -mxe, cn);\n{i5}AscendC::Exp(y, {ex}, cn);\n{i5}AscendC::ReduceSum<float>(rd, y, rt, cn);\n{i5}ps += rd.GetValue(0);\n"
-    );
-    let scale_body = format!("{i5}AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();\n{i5}AscendC::Muls(y, x, corr, cn);\n");
-    let oty = ascend_type(out_d);
-    let fin_body = if out_d == DType::F32 {
-        format!("{i5}AscendC::LocalTensor<float> y = {oq}.AllocTensor<float>();\n{i5}AscendC::Muls(y, x, inv, cn);\n")
+            writeln!(c, "AscendC::GlobalTensor<float> {name} = w{tag}[({row}) * ({ld}) + {col}];");
     } else {
-        format!("{i5}AscendC::LocalTensor<{oty}> y = {oq}.AllocTensor<{oty}>();\n{i5}AscendC::Muls({ex}, x, inv, cn);\n{i5}AscendC::Cast<{oty}, float>(y, {ex}, AscendC::RoundMode::CAST_RINT, cn);\n")
-    };
-    // The final store goes to the output (its own queue and dtype).
-    let fin = stream("wo[i * DV + c0]", "", "DV", &fin_body, "            ").replace(
-        &format!("                {fq}.FreeTensor(x);"),
-        &format!("                {oq}.EnQue(y);\n                y = {oq}.DeQue<{oty}>();\n                AscendC::DataCopyPad({ob}[(bi * SQ + q0 + i) * DV + c0], y, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof({oty})), 0, 0, 0}});\n                {oq}.FreeTensor(y);\n                {fq}.FreeTensor(x);"),
-    );
-    let b = &mut k.body;
-    let _ = writeln!(b, "    AscendC::tiling::TCubeTiling ct0, ct1;\n    af_cube_tiling(t, 0, ct0);\n    af_cube_tiling(t, 1, ct1);");
-    let mt = |tr: bool| {
-        format!("matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {tr}>")
-    };
-    let _ = writeln!(b, "    matmul::Matmul<{}, {}, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>> mqk; /* S = Q K^T */", mt(tq), mt(tk));
-    let _ = writeln!(b, "    matmul::Matmul<{}, {}, matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>> mpv; /* O += P V */", mt(false), mt(tv));
-    let _ = writeln!(b, "    REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mqk, &ct0, mpv, &ct1); /* the AIC serves both, then returns */");
-    b.push_str("    /*UB*/\n");
-    let _ = writeln!(b, "    AscendC::TBuf<AscendC::TPosition::VECCALC> statb;\n    pipe.InitBuffer(statb, 2 * 64 * sizeof(float));");
-    let _ = writeln!(b, "    AscendC::LocalTensor<float> mr = statb.Get<float>(), lr = mr[64]; /* running max and sum per query row */");
-    for st in [&stq, &stk, &stv].into_iter().flatten() {
-        b.push_str(st);
+        row_offsets(em, &op.sp, row, c);
+        let a = op.sp.accesses[&op.v];
+        let gb = format!("g{}", em.buf[&resolve(em.g, op.v).base]);
+        let c2 = if op.trans { format!("({col}) * ({ld})") } else { col.to_string() };
+        let _ = writeln!(c, "AscendC::GlobalTensor<float> {name} = {gb}[{tag}_row{a} + {c2}];");
     }
-    if stage_a || stage_b {
-        let _ = writeln!(b, "    AscendC::SyncAll(); /* every AIV's staged rows are in GM before any tile reads them */");
+}
+
+/// One key block: S = Q K^T on the cube, the softmax update row by row on the AIV, then
+/// O += P V on the cube.
+fn flash_key_block(c: &mut Code, em: &Emitter, fl: &Flash) {
+    let (q, k, v) = (&fl.q, &fl.k, &fl.v);
+    operand_at(c, em, q, "bi * SQ + q0", "0", "gq");
+    operand_at(c, em, k, "bi * D", "k0", "gk");
+    operand_at(c, em, v, "bi * SK + k0", "0", "gv");
+    let org = org_shape("SQ", "SK", "D", (q.trans, &q.ld), (k.trans, &k.ld), "BC");
+    let _ = writeln!(c, "mqk.SetOrgShape({org});");
+    let _ = writeln!(c, "mqk.SetTensorA(gq, {});", q.trans);
+    let _ = writeln!(c, "mqk.SetTensorB(gk, {});", k.trans);
+    c.line("mqk.SetSingleShape((int)br, (int)bc, (int)D);");
+    c.line("mqk.IterateAll(ws);");
+    c.line("AscendC::PipeBarrier<PIPE_ALL>();");
+    c.open("for (int64_t i = 0; i < br; ++i)");
+    flash_softmax_row(c, em, fl);
+    c.close();
+    c.line("AscendC::PipeBarrier<PIPE_ALL>(); /* P and the rescaled O are in GM before the cube reads them */");
+    let org = org_shape("BR", "DV", "BC", (false, "BC"), (v.trans, &v.ld), "DV");
+    let _ = writeln!(c, "mpv.SetOrgShape({org});");
+    c.line("mpv.SetTensorA(ws, false);");
+    let _ = writeln!(c, "mpv.SetTensorB(gv, {});", v.trans);
+    c.line("mpv.SetSingleShape((int)br, (int)DV, (int)bc);");
+    c.line("mpv.IterateAll(wo, k0 > 0 ? 1 : 0); /* the first block writes, later ones add */");
+    c.line("AscendC::PipeBarrier<PIPE_ALL>();");
+}
+
+/// Score row `i` of the key block: the chain in place, the block max, P = exp(S - max) with
+/// its row sum, the running max and sum updated, and the accumulated output rescaled.
+fn flash_softmax_row(c: &mut Code, em: &Emitter, fl: &Flash) {
+    let (fo, ex) = (fl.ub.fo.as_str(), &fl.ub.ex);
+    if let Some((chain, ops)) = &fl.chain {
+        let _ = writeln!(c, "/* the chain on the scores: {ops} */");
+        row_offsets(em, &fl.sps, "bi * SQ + q0 + i", c);
+        c.append(chain);
+        c.line("AscendC::PipeBarrier<PIPE_ALL>(); /* the block max reads what the chain wrote */");
     }
-    let _ = writeln!(b, "    AscendC::GlobalTensor<float> ws, wo; /* this AIV's score tile (S, then P) and output accumulator */");
-    let _ = writeln!(b, "    ws.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV), BR * BC);\n    wo.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV) + BR * BC, BR * DV);");
-    let _ = writeln!(b, "    for (int64_t u = aiv; u < units; u += naiv) {{");
-    let _ = writeln!(
-        b,
-        "        const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min(BR, SQ - q0);"
-    );
-    let _ = writeln!(b, "        for (int64_t i = 0; i < br; ++i) {{ mr.SetValue((uint32_t)i, -INFINITY); lr.SetValue((uint32_t)i, 0.0f); }}");
-    let operand_at = |b: &mut String,
-                      em: &Emitter,
-                      sp: &Space,
-                      v: NodeId,
-                      staged: bool,
-                      row: &str,
-                      col: &str,
-                      t: bool,
-                      ld: &str,
-                      name: &str| {
-        let tag = sp.tag;
-        if staged {
-            let _ = writeln!(b, "            AscendC::GlobalTensor<float> {name} = w{tag}[({row}) * ({ld}) + {col}];");
+    c.line("float bm = -INFINITY;");
+    let mut max_body = Code::at_depth(1);
+    max_body.line("AscendC::ReduceMax<float>(rd, x, rt, cn);");
+    max_body.line("{ const float v = rd.GetValue(0); bm = v > bm ? v : bm; }");
+    fl.ub.stream(c, "ws[i * BC + c0]", "bc", &max_body, None);
+    c.line("const float mo = mr.GetValue((uint32_t)i), mx = mo > bm ? mo : bm;");
+    c.line("const float mxe = mx == -INFINITY ? 0.0f : mx; /* every key so far masked: P = 0 */");
+    c.line("const float corr = mo == -INFINITY ? 0.0f : af_s_exp(sc, mo - mx);");
+    c.line("float ps = 0.0f;");
+    let mut exp_body = Code::at_depth(1);
+    let _ = writeln!(exp_body, "AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();");
+    let _ = writeln!(exp_body, "AscendC::Adds({ex}, x, -mxe, cn);");
+    let _ = writeln!(exp_body, "AscendC::Exp(y, {ex}, cn);");
+    exp_body.line("AscendC::ReduceSum<float>(rd, y, rt, cn);");
+    exp_body.line("ps += rd.GetValue(0);");
+    let p_row = "ws[i * BC + c0]";
+    fl.ub.stream(c, p_row, "bc", &exp_body, Some((fo, "float", p_row)));
+    c.line("lr.SetValue((uint32_t)i, lr.GetValue((uint32_t)i) * corr + ps);");
+    c.line("mr.SetValue((uint32_t)i, mx);");
+    c.block_noted("if (k0 > 0)", "rescale what was accumulated under the old max", |c| {
+        let mut scale_body = Code::new();
+        let _ = writeln!(scale_body, "AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();");
+        scale_body.line("AscendC::Muls(y, x, corr, cn);");
+        let o_row = "wo[i * DV + c0]";
+        fl.ub.stream(c, o_row, "DV", &scale_body, Some((fo, "float", o_row)));
+    });
+}
+
+/// The query block's output rows: divided by their softmax sums and stored in the output's
+/// dtype.
+fn flash_store(c: &mut Code, ub: &FlashUb) {
+    let (oq, oty, ex) = (&ub.oq, ascend_type(ub.out_d), &ub.ex);
+    c.block_noted("for (int64_t i = 0; i < br; ++i)", "normalise and store", |c| {
+        c.line("const float l = lr.GetValue((uint32_t)i), inv = l > 0.0f ? 1.0f / l : 0.0f;");
+        let mut fin_body = Code::at_depth(2);
+        let _ = writeln!(fin_body, "AscendC::LocalTensor<{oty}> y = {oq}.AllocTensor<{oty}>();");
+        if ub.out_d == DType::F32 {
+            fin_body.line("AscendC::Muls(y, x, inv, cn);");
         } else {
-            b.push_str(&row_offsets(em, sp, row, "            "));
-            let a = sp.accesses[&v];
-            let gb = format!("g{}", em.buf[&resolve(em.g, v).base]);
-            let c = if t { format!("({col}) * ({ld})") } else { col.to_string() };
+            let _ = writeln!(fin_body, "AscendC::Muls({ex}, x, inv, cn);");
             let _ = writeln!(
-                b,
-                "            AscendC::GlobalTensor<float> {name} = {gb}[{tag}_row{a} + {c}];"
+                fin_body,
+                "AscendC::Cast<{oty}, float>(y, {ex}, AscendC::RoundMode::CAST_RINT, cn);"
             );
         }
-    };
-    let _ = writeln!(b, "        for (int64_t k0 = 0; k0 < SK; k0 += BC) {{");
-    if causal {
-        let _ = writeln!(b, "            if (k0 > q0 + br - 1 + ({})) break; /* every later key is masked for this block */", k.em.dim(&sk.sub(&sq)));
-    }
-    let _ = writeln!(b, "            const int64_t bc = af_min(BC, SK - k0);");
-    operand_at(b, &k.em, &spq, q, stage_a, "bi * SQ + q0", "0", tq, &ldq, "gq");
-    operand_at(b, &k.em, &spk, kt, stk.is_some(), "bi * D", "k0", tk, &ldk, "gk");
-    operand_at(b, &k.em, &spv, v, stv.is_some(), "bi * SK + k0", "0", tv, &ldv, "gv");
-    let _ = writeln!(
-        b,
-        "            mqk.SetOrgShape({});",
-        org_shape("SQ", "SK", "D", (tq, &ldq), (tk, &ldk), "BC")
-    );
-    let _ =
-        writeln!(b, "            mqk.SetTensorA(gq, {tq});\n            mqk.SetTensorB(gk, {tk});");
-    let _ = writeln!(b, "            mqk.SetSingleShape((int)br, (int)bc, (int)D);\n            mqk.IterateAll(ws);");
-    let _ = writeln!(b, "            AscendC::PipeBarrier<PIPE_ALL>();");
-    let _ = writeln!(b, "            for (int64_t i = 0; i < br; ++i) {{");
-    if !chain_code.is_empty() {
-        let _ = writeln!(
-            b,
-            "                /* the chain on the scores: {} */",
-            f.chain.iter().map(|m| g.node(*m).op.name()).collect::<Vec<_>>().join(" ")
-        );
-        b.push_str(&row_offsets(&k.em, &sps, "bi * SQ + q0 + i", "                "));
-        b.push_str(&chain_code);
-        let _ = writeln!(b, "                AscendC::PipeBarrier<PIPE_ALL>(); /* the block max reads what the chain wrote */");
-    }
-    let _ = writeln!(b, "                float bm = -INFINITY;");
-    b.push_str(&stream("ws[i * BC + c0]", "", "bc", &max_body, "                "));
-    let _ = writeln!(
-        b,
-        "                const float mo = mr.GetValue((uint32_t)i), mx = mo > bm ? mo : bm;"
-    );
-    let _ = writeln!(b, "                const float mxe = mx == -INFINITY ? 0.0f : mx; /* every key so far masked: P = 0 */");
-    let _ = writeln!(
-        b,
-        "                const float corr = mo == -INFINITY ? 0.0f : af_s_exp(sc, mo - mx);"
-    );
-    let _ = writeln!(b, "                float ps = 0.0f;");
-    b.push_str(&stream("ws[i * BC + c0]", "ws[i * BC + c0]", "bc", &exp_body, "                "));
-    let _ = writeln!(b, "                lr.SetValue((uint32_t)i, lr.GetValue((uint32_t)i) * corr + ps);\n                mr.SetValue((uint32_t)i, mx);");
-    let _ = writeln!(
-        b,
-        "                if (k0 > 0) {{ /* rescale what was accumulated under the old max */"
-    );
-    b.push_str(&stream(
-        "wo[i * DV + c0]",
-        "wo[i * DV + c0]",
-        "DV",
-        &scale_body,
-        "                    ",
-    ));
-    let _ = writeln!(b, "                }}\n            }}");
-    let _ = writeln!(b, "            AscendC::PipeBarrier<PIPE_ALL>(); /* P and the rescaled O are in GM before the cube reads them */");
-    let _ = writeln!(
-        b,
-        "            mpv.SetOrgShape({});",
-        org_shape("BR", "DV", "BC", (false, "BC"), (tv, &ldv), "DV")
-    );
-    let _ = writeln!(
-        b,
-        "            mpv.SetTensorA(ws, false);\n            mpv.SetTensorB(gv, {tv});"
-    );
-    let _ = writeln!(b, "            mpv.SetSingleShape((int)br, (int)DV, (int)bc);\n            mpv.IterateAll(wo, k0 > 0 ? 1 : 0); /* the first block writes, later ones add */");
-    let _ = writeln!(b, "            AscendC::PipeBarrier<PIPE_ALL>();\n        }}");
-    let _ = writeln!(b, "        for (int64_t i = 0; i < br; ++i) {{ /* normalise and store */");
-    let _ = writeln!(
-        b,
-        "            const float l = lr.GetValue((uint32_t)i), inv = l > 0.0f ? 1.0f / l : 0.0f;"
-    );
-    b.push_str(&fin);
-    let _ = writeln!(b, "        }}\n    }}\n    mqk.End();\n    mpv.End();");
-    (Work::Flash { batch: numel(&batch), sq, sk, d, dv }, stage_a, stage_b)
+        // The final store goes to the output (its own queue and dtype).
+        let dst = format!("{}[(bi * SQ + q0 + i) * DV + c0]", ub.ob);
+        ub.stream(c, "wo[i * DV + c0]", "DV", &fin_body, Some((oq, oty, &dst)));
+    });
 }
 
 /// One row copied from its source to the job's single output (staging).
-fn copy_row(ub: &mut Ub, job: &Job, v: NodeId) -> String {
+fn copy_row(ub: &mut Ub, job: &Job, v: NodeId, out: &mut Code) {
     let (_, gm_out, off_out, _) = &job.outs[0];
-    let mut s = String::new();
-    let ind = "        ";
     let q = ub.queue(format!("{}c", job.tag), DType::F32, true);
-    let _ = writeln!(s, "{ind}for (int64_t c0 = 0; c0 < {}; c0 += CH) {{", job.ncols);
-    let _ = writeln!(s, "{ind}    const int32_t cn = (int32_t)af_min(CH, {} - c0);", job.ncols);
-    let _ = writeln!(s, "{ind}    AscendC::LocalTensor<float> x = {q}.AllocTensor<float>();");
+    out.open(format!("for (int64_t c0 = 0; c0 < {}; c0 += CH)", job.ncols));
+    let _ = writeln!(out, "const int32_t cn = (int32_t)af_min(CH, {} - c0);", job.ncols);
+    let _ = writeln!(out, "AscendC::LocalTensor<float> x = {q}.AllocTensor<float>();");
     match &job.srcs[&v] {
         Src::Row { gm, off, d } | Src::Gather { gm, off, d, .. } | Src::Scalar { gm, off, d } => {
             // Staging copies go element by element through the scalar unit: they exist for
@@ -1524,13 +1761,11 @@ fn copy_row(ub: &mut Ub, job: &Job, v: NodeId) -> String {
             } else {
                 format!("static_cast<float>({gm}.GetValue({off} + (c0 + j) * ({stride})))")
             };
-            let _ = writeln!(s, "{ind}    for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {cv});");
+            let _ = writeln!(out, "for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {cv});");
         }
     }
-    let _ = writeln!(s, "{ind}    {q}.EnQue(x);\n{ind}    x = {q}.DeQue<float>();");
-    let _ = writeln!(s, "{ind}    AscendC::DataCopyPad({gm_out}[{off_out} + c0], x, AscendC::DataCopyExtParams{{1, (uint32_t)(cn * sizeof(float)), 0, 0, 0}});");
-    let _ = writeln!(s, "{ind}    {q}.FreeTensor(x);\n{ind}}}");
-    s
+    enque_store(out, &q, "x", "float", &format!("{gm_out}[{off_out} + c0]"));
+    out.close();
 }
 
 /// Generate the Ascend C file of one plan.
@@ -1540,167 +1775,25 @@ pub fn generate(
     symbol: &str,
     header: &str,
 ) -> Result<AscendSource, String> {
-    let mut code = String::new();
-    let _ = writeln!(code, "/* {header}\n * Ascend C for Atlas A2 (dav-2201). Generated by autofusion-compiler {}. Do not edit. */", env!("CARGO_PKG_VERSION"));
-    code.push_str(&prelude());
-    code.push_str(&cube_fill());
-    // Module buffers: every value a kernel reads or writes, in first-use order.
-    let mut table: Vec<NodeId> = Vec::new();
-    for grp in &plan.groups {
-        for v in grp.inputs.iter().chain(&grp.outputs) {
-            if !table.contains(v) {
-                table.push(*v);
-            }
-        }
-    }
+    let mut code = Code::new();
+    let _ = writeln!(code, "/* {header}");
+    let _ = writeln!(
+        code,
+        " * Ascend C for Atlas A2 (dav-2201). Generated by autofusion-compiler {}. Do not edit. */",
+        env!("CARGO_PKG_VERSION")
+    );
+    prelude(&mut code);
+    cube_fill(&mut code);
+    let table = module_table(plan);
     let mut kernels = Vec::new();
     let mut bodies = Vec::new();
     for (ki, grp) in plan.groups.iter().enumerate() {
-        let mut buf = BTreeMap::new();
-        let mut buffers = Vec::new();
-        for &v in grp.inputs.iter().chain(&grp.outputs) {
-            buf.insert(v, buffers.len());
-            buffers.push(v);
-        }
-        let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
-        let name = format!("k{ki}_{first}");
-        let em = Emitter::new(g, buf, &name);
-        let mut k = K {
-            em,
-            table: buffers.iter().map(|b| table.iter().position(|x| x == b).unwrap()).collect(),
-            ub: Ub::default(),
-            body: String::new(),
-        };
-        let (work, mix, cube, sa, sb) = match grp.kind {
-            GroupKind::Elementwise => (gen_rows(&mut k, grp), false, 0, false, false),
-            GroupKind::Concat => (gen_concat(&mut k, grp), false, 0, false, false),
-            GroupKind::MatMul => {
-                let (w, sa, sb) = gen_matmul(&mut k, grp);
-                (w, true, 1, sa, sb)
-            }
-            GroupKind::FlashAttention => {
-                let (w, sa, sb) = gen_flash(&mut k, grp);
-                (w, true, 2, sa, sb)
-            }
-            GroupKind::Horizontal => return Err(format!("{name}: horizontal matmul groups have no Ascend generator (plan without qkv_horizontal)")),
-        };
-        let ops = describe(g, grp);
-        let why = if grp.rules.is_empty() {
-            "one op: nothing fused".to_string()
-        } else {
-            format!(
-                "fused by {}",
-                grp.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")
-            )
-        };
-        let lines: BTreeSet<u32> =
-            grp.nodes.iter().map(|n| g.node(*n).line).filter(|l| *l > 0).collect();
-        let mut f = String::new();
-        let _ = writeln!(
-            f,
-            "/* {name}: {ops}\n * {why}; writes {}; {}.",
-            grp.outputs.iter().map(|o| g.node(*o).name.clone()).collect::<Vec<_>>().join(", "),
-            if mix { "cube + vector (mix 1:2)" } else { "vector only" }
-        );
-        if !lines.is_empty() {
-            let _ = writeln!(
-                f,
-                " * source lines: {}",
-                lines.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ")
-            );
-        }
-        let _ = writeln!(f, " */");
-        // Global names carry the module symbol: several modules link into one binary.
-        let fname = format!("{symbol}_{name}");
-        let _ = writeln!(f, "__aicore__ inline void {fname}_body(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
-        if !mix {
-            let _ = writeln!(f, "    if ASCEND_IS_AIC {{ return; }} /* vector work: in a mix launch (the pipeline) the cube idles */");
-        }
-        let _ = writeln!(f, "    AfTiling t;\n    af_load_tiling(tilings, {ki}, t);");
-        let _ = writeln!(
-            f,
-            "    int64_t dims[AF_MAX_DIMS];\n    af_load_dims(args, dims);\n    (void)dims;"
-        );
-        let _ = writeln!(f, "    const int64_t CH = t.chunk; /* columns per UB chunk (DynamicTiling, multiple of 8) */");
-        let _ = writeln!(f, "    const int64_t aiv = AscendC::GetBlockIdx(), naiv = AscendC::GetBlockNum() * AscendC::GetTaskRatio();");
-        for (i, v) in buffers.iter().enumerate() {
-            let n = g.node(*v);
-            let ty = ascend_type(n.dtype);
-            let _ = writeln!(f, "    AscendC::GlobalTensor<{ty}> g{i}; /* {} */", n.name);
-            let _ = writeln!(
-                f,
-                "    g{i}.SetGlobalBuffer((__gm__ {ty} *)af_buf(args, {}), (uint64_t)({}));",
-                k.table[i],
-                k.em.dim(&numel(&n.shape))
-            );
-        }
-        f.push_str(&k.em.decls);
-        let _ = writeln!(f, "    AscendC::TPipe pipe;");
-        let ubdecl = k.ub.decls("    ");
-        f.push_str(&k.body.replacen("    /*UB*/\n", &ubdecl, 1));
-        let _ = writeln!(f, "}}");
-        let _ = writeln!(f, "extern \"C\" __global__ __aicore__ void {fname}(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
-        let _ = writeln!(
-            f,
-            "    KERNEL_TASK_TYPE_DEFAULT({});",
-            if mix { "KERNEL_TYPE_MIX_AIC_1_2" } else { "KERNEL_TYPE_AIV_ONLY" }
-        );
-        if mix {
-            let _ = writeln!(f, "    AscendC::SetSysWorkspace(workspace);");
-        }
-        let _ = writeln!(f, "    {fname}_body(args, tilings, workspace);\n}}\n");
-        code.push_str(&f);
-        kernels.push(AscendKernel {
-            name: name.clone(),
-            buffers,
-            n_inputs: grp.inputs.len(),
-            work,
-            ops,
-            mix,
-            ub_per_col: k.ub.per_col(),
-            ub_fixed: k.ub.fixed(),
-            cube,
-            stage_a: sa,
-            stage_b: sb,
-        });
-        bodies.push((fname, mix));
+        let (kernel, fname) = gen_kernel(&mut code, g, &table, symbol, ki, grp)?;
+        bodies.push((fname, kernel.mix));
+        kernels.push(kernel);
     }
-    // The pipeline: every body in one mix launch, synchronised by kernel type.
-    let _ = writeln!(
-        code,
-        "/* The opt_level-3 pipeline: all kernels in one launch (SuperKernel style). Between two"
-    );
-    let _ = writeln!(
-        code,
-        " * vector kernels only the AIVs synchronise; around a cube kernel every core does. */"
-    );
-    let _ = writeln!(code, "extern \"C\" __global__ __aicore__ void {symbol}_pipeline(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{");
-    let _ = writeln!(code, "    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);\n    AscendC::SetSysWorkspace(workspace);");
-    for (i, (name, mix)) in bodies.iter().enumerate() {
-        if i > 0 {
-            let prev_mix = bodies[i - 1].1;
-            if *mix || prev_mix {
-                let _ = writeln!(code, "    AscendC::SyncAll<false>();");
-            } else {
-                let _ = writeln!(code, "    if ASCEND_IS_AIV {{ AscendC::SyncAll(); }}");
-            }
-        }
-        let _ = writeln!(code, "    {name}_body(args, tilings, workspace);");
-    }
-    let _ = writeln!(code, "}}\n");
-    let launch = format!("{symbol}_launch");
-    let _ = writeln!(
-        code,
-        "/* Host side: one launcher for every kernel (kernel == {} launches the pipeline). */",
-        kernels.len()
-    );
-    let _ = writeln!(code, "extern \"C\" int32_t {launch}(uint32_t kernel, uint32_t block_dim, void *stream, uint8_t *args, uint8_t *tilings, uint8_t *workspace) {{");
-    let _ = writeln!(code, "    switch (kernel) {{");
-    for (i, (fname, _)) in bodies.iter().enumerate() {
-        let _ = writeln!(code, "    case {i}: {fname}<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;");
-    }
-    let _ = writeln!(code, "    case {}: {symbol}_pipeline<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;", kernels.len());
-    let _ = writeln!(code, "    default: return -1;\n    }}\n}}");
+    pipeline(&mut code, symbol, &bodies);
+    let launch = launcher(&mut code, symbol, &bodies);
     let json = autofusion_ir::json::write(&AscendMeta {
         kernels: kernels.clone(),
         buffers: table.clone(),
@@ -1709,16 +1802,235 @@ pub fn generate(
     let entry = format!("{symbol}_ascend_json");
     let _ = writeln!(code, "static const char af_ascend_json[] = {};", c_string(&json));
     let _ = writeln!(code, "extern \"C\" const char *{entry}(void) {{ return af_ascend_json; }}");
-    Ok(AscendSource { code, kernels, buffers: table, launch, entry, meta_json: json })
+    Ok(AscendSource {
+        code: code.finish(),
+        kernels,
+        buffers: table,
+        launch,
+        entry,
+        meta_json: json,
+    })
 }
 
-/// Fill a TCubeTiling from our int32 field set (named fields, so the toolkit's own struct
-/// layout may differ between CANN versions).
-fn cube_fill() -> String {
-    let mut s = String::from("__aicore__ inline void af_cube_tiling(const AfTiling &t, int i, AscendC::tiling::TCubeTiling &c) {\n");
-    for (j, f) in ASCEND_CUBE_FIELDS.iter().enumerate() {
-        let _ = writeln!(s, "    c.{f} = t.cube[i][{j}];");
+/// Module buffers: every value a kernel reads or writes, in first-use order.
+fn module_table(plan: &Plan) -> Vec<NodeId> {
+    let mut table: Vec<NodeId> = Vec::new();
+    for grp in &plan.groups {
+        for v in grp.inputs.iter().chain(&grp.outputs) {
+            if !table.contains(v) {
+                table.push(*v);
+            }
+        }
     }
-    s.push_str("}\n\n");
-    s
+    table
+}
+
+/// What a kernel generator made besides code: the work DynamicTiling splits, whether the
+/// kernel uses the cube (mix 1:2) and with how many Matmul objects, and which operands it
+/// stages.
+struct Built {
+    work: Work,
+    mix: bool,
+    cube: u32,
+    stage_a: bool,
+    stage_b: bool,
+}
+
+/// The code of group `grp` written into `k` by the generator of its kind.
+fn gen_group(k: &mut K, grp: &Group, name: &str) -> Result<Built, String> {
+    let vector = |work| Built { work, mix: false, cube: 0, stage_a: false, stage_b: false };
+    Ok(match grp.kind {
+        GroupKind::Elementwise => vector(gen_rows(k, grp)),
+        GroupKind::Concat => vector(gen_concat(k, grp)),
+        GroupKind::MatMul => {
+            let (work, stage_a, stage_b) = gen_matmul(k, grp);
+            Built { work, mix: true, cube: 1, stage_a, stage_b }
+        }
+        GroupKind::FlashAttention => {
+            let (work, stage_a, stage_b) = gen_flash(k, grp);
+            Built { work, mix: true, cube: 2, stage_a, stage_b }
+        }
+        GroupKind::Horizontal => return Err(format!("{name}: horizontal matmul groups have no Ascend generator (plan without qkv_horizontal)")),
+    })
+}
+
+/// Kernel `ki` (group `grp`): its comment, its body as a device function and its `__global__`
+/// entry. Returns its metadata and its C name.
+fn gen_kernel(
+    code: &mut Code,
+    g: &Graph,
+    table: &[NodeId],
+    symbol: &str,
+    ki: usize,
+    grp: &Group,
+) -> Result<(AscendKernel, String), String> {
+    let mut buf = BTreeMap::new();
+    let mut buffers = Vec::new();
+    for &v in grp.inputs.iter().chain(&grp.outputs) {
+        buf.insert(v, buffers.len());
+        buffers.push(v);
+    }
+    let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
+    let name = format!("k{ki}_{first}");
+    let mut k = K {
+        em: Emitter::new(g, buf, &name),
+        table: buffers.iter().map(|b| table.iter().position(|x| x == b).unwrap()).collect(),
+        ub: Ub::default(),
+        setup: Code::new(),
+        body: Code::new(),
+    };
+    let built = gen_group(&mut k, grp, &name)?;
+    let ops = describe(g, grp);
+    kernel_comment(code, g, grp, &name, &ops, built.mix);
+    // Global names carry the module symbol: several modules link into one binary.
+    let fname = format!("{symbol}_{name}");
+    kernel_body_fn(code, &k, ki, &fname, &buffers, built.mix);
+    kernel_entry(code, &fname, built.mix);
+    let kernel = AscendKernel {
+        name,
+        buffers,
+        n_inputs: grp.inputs.len(),
+        work: built.work,
+        ops,
+        mix: built.mix,
+        ub_per_col: k.ub.per_col(),
+        ub_fixed: k.ub.fixed(),
+        cube: built.cube,
+        stage_a: built.stage_a,
+        stage_b: built.stage_b,
+    };
+    Ok((kernel, fname))
+}
+
+/// The comment above a kernel: what it computes, why it is fused, what it writes, on which
+/// cores, and its source lines.
+fn kernel_comment(c: &mut Code, g: &Graph, grp: &Group, name: &str, ops: &str, mix: bool) {
+    let why = if grp.rules.is_empty() {
+        "one op: nothing fused".to_string()
+    } else {
+        format!("fused by {}", grp.rules.iter().map(|r| r.name()).collect::<Vec<_>>().join(", "))
+    };
+    let writes = grp.outputs.iter().map(|o| g.node(*o).name.clone()).collect::<Vec<_>>();
+    let cores = if mix { "cube + vector (mix 1:2)" } else { "vector only" };
+    let lines: BTreeSet<u32> =
+        grp.nodes.iter().map(|n| g.node(*n).line).filter(|l| *l > 0).collect();
+    let _ = writeln!(c, "/* {name}: {ops}");
+    let _ = writeln!(c, " * {why}; writes {}; {cores}.", writes.join(", "));
+    if !lines.is_empty() {
+        let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        let _ = writeln!(c, " * source lines: {}", lines.join(", "));
+    }
+    c.line(" */");
+}
+
+/// The kernel as a device function `<fname>_body` (its entry and the pipeline call it): the
+/// tiling, dims and buffers bound, the access declarations, the pipe, then the generator's
+/// setup, the UB buffers and the body.
+fn kernel_body_fn(c: &mut Code, k: &K, ki: usize, fname: &str, buffers: &[NodeId], mix: bool) {
+    c.line(format!(
+        "__aicore__ inline void {fname}_body(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace) {{"
+    ));
+    c.indented(|c| kernel_prologue(c, k, ki, buffers, mix));
+    // The access declarations are written one level in already.
+    c.append(&k.em.decls);
+    c.indented(|c| {
+        c.line("AscendC::TPipe pipe;");
+        c.append(&k.setup);
+        k.ub.decls(c);
+        c.append(&k.body);
+    });
+    c.line("}");
+}
+
+/// The start of every kernel body: the tiling and dims loaded, the chunk width, this AIV and
+/// the AIV count, and the kernel's buffers as `g<i>`.
+fn kernel_prologue(c: &mut Code, k: &K, ki: usize, buffers: &[NodeId], mix: bool) {
+    let g = k.em.g;
+    if !mix {
+        c.line("if ASCEND_IS_AIC { return; } /* vector work: in a mix launch (the pipeline) the cube idles */");
+    }
+    c.line("AfTiling t;");
+    let _ = writeln!(c, "af_load_tiling(tilings, {ki}, t);");
+    c.line("int64_t dims[AF_MAX_DIMS];");
+    c.line("af_load_dims(args, dims);");
+    c.line("(void)dims;");
+    c.line("const int64_t CH = t.chunk; /* columns per UB chunk (DynamicTiling, multiple of 8) */");
+    c.line("const int64_t aiv = AscendC::GetBlockIdx(), naiv = AscendC::GetBlockNum() * AscendC::GetTaskRatio();");
+    for (i, v) in buffers.iter().enumerate() {
+        let n = g.node(*v);
+        let ty = ascend_type(n.dtype);
+        let _ = writeln!(c, "AscendC::GlobalTensor<{ty}> g{i}; /* {} */", n.name);
+        let _ = writeln!(
+            c,
+            "g{i}.SetGlobalBuffer((__gm__ {ty} *)af_buf(args, {}), (uint64_t)({}));",
+            k.table[i],
+            k.em.dim(&numel(&n.shape))
+        );
+    }
+}
+
+/// The kernel's `__global__` entry: its task type, the system workspace of a mix kernel, and
+/// a call of its body.
+fn kernel_entry(c: &mut Code, fname: &str, mix: bool) {
+    c.open(format!(
+        "extern \"C\" __global__ __aicore__ void {fname}(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace)"
+    ));
+    let _ = writeln!(
+        c,
+        "KERNEL_TASK_TYPE_DEFAULT({});",
+        if mix { "KERNEL_TYPE_MIX_AIC_1_2" } else { "KERNEL_TYPE_AIV_ONLY" }
+    );
+    if mix {
+        c.line("AscendC::SetSysWorkspace(workspace);");
+    }
+    let _ = writeln!(c, "{fname}_body(args, tilings, workspace);");
+    c.close();
+    c.line("");
+}
+
+/// The pipeline: every body (named, with whether it is mix) in one mix launch, synchronised
+/// by kernel type.
+fn pipeline(c: &mut Code, symbol: &str, bodies: &[(String, bool)]) {
+    c.line(
+        "/* The opt_level-3 pipeline: all kernels in one launch (SuperKernel style). Between two",
+    );
+    c.line(" * vector kernels only the AIVs synchronise; around a cube kernel every core does. */");
+    c.open(format!("extern \"C\" __global__ __aicore__ void {symbol}_pipeline(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace)"));
+    c.line("KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);");
+    c.line("AscendC::SetSysWorkspace(workspace);");
+    for (i, (name, mix)) in bodies.iter().enumerate() {
+        if i > 0 {
+            let prev_mix = bodies[i - 1].1;
+            if *mix || prev_mix {
+                c.line("AscendC::SyncAll<false>();");
+            } else {
+                c.line("if ASCEND_IS_AIV { AscendC::SyncAll(); }");
+            }
+        }
+        let _ = writeln!(c, "{name}_body(args, tilings, workspace);");
+    }
+    c.close();
+    c.line("");
+}
+
+/// The host-side launcher of every kernel and of the pipeline (kernel == the kernel count);
+/// returns its name.
+fn launcher(c: &mut Code, symbol: &str, bodies: &[(String, bool)]) -> String {
+    let launch = format!("{symbol}_launch");
+    let n = bodies.len();
+    let _ = writeln!(
+        c,
+        "/* Host side: one launcher for every kernel (kernel == {n} launches the pipeline). */"
+    );
+    c.open(format!("extern \"C\" int32_t {launch}(uint32_t kernel, uint32_t block_dim, void *stream, uint8_t *args, uint8_t *tilings, uint8_t *workspace)"));
+    // The case labels sit at the level of the switch.
+    c.line("switch (kernel) {");
+    for (i, (fname, _)) in bodies.iter().enumerate() {
+        let _ = writeln!(c, "case {i}: {fname}<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;");
+    }
+    let _ = writeln!(c, "case {n}: {symbol}_pipeline<<<block_dim, nullptr, stream>>>(args, tilings, workspace); return 0;");
+    c.line("default: return -1;");
+    c.line("}");
+    c.close();
+    launch
 }
