@@ -8,12 +8,13 @@
 //!
 //! Output goes to `$OUT_DIR/autofusion/<graph>/`: `fused.c`, `unfused.c`, `plan.json`,
 //! `report.md`, `before.dot` and `after.dot` (and `.svg` of both when Graphviz's `dot` is
-//! installed); files are rewritten only when their content
-//! changes, so a no-op build recompiles nothing.
+//! installed); files are rewritten only when their content changes, and each source's object is
+//! cached under a key of its text, the headers and the compiler command (`fused-<key>.o`), so
+//! a build that leaves a graph's code alone compiles nothing of it.
 //!
 //! | env var | effect |
 //! |---|---|
-//! | `AUTOFUSION_VERBOSE=1` | print the plan summary of every graph as cargo warnings |
+//! | `AUTOFUSION_VERBOSE=1` | print the plan summary of every graph as cargo warnings when the build script runs (setting it does not rerun it: `report.md` always has the summary) |
 //! | `AUTOFUSION_PROFILE=<file.json \| host \| ascend910b>` | plan with a pinned profile instead of the host calibration (cached in `<target dir>/autofusion/host-profile.json`) |
 
 #![deny(missing_docs)]
@@ -25,6 +26,7 @@ use autofusion_compiler::{env_var, report, target::Target, Unit, Variant};
 
 mod calibrate;
 pub mod jit;
+mod objects;
 pub use autofusion_ascend_sys::toolkit;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -42,6 +44,23 @@ pub struct Options {
     /// Also generate Ascend C, compile it with the CANN toolkit and link it (default: when
     /// the package being built has its `ascend` feature on, `CARGO_FEATURE_ASCEND`).
     pub ascend: Option<bool>,
+    /// What to do with a graph the front end rejects (default: `FrontEndErrors::Deferred`).
+    pub front_end_errors: FrontEndErrors,
+}
+
+/// Where the errors of a graph the front end rejects (DSL mistakes, bad options, a file that
+/// does not parse) are reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FrontEndErrors {
+    /// Skip the graph with one `cargo:warning` line and let the build script succeed: the
+    /// `#[fused_graph]` macro finds the same errors and rustc reports them spanned on the
+    /// user's code, where `cargo check` and editors show them (a build script's failure is a
+    /// dump of its output that editors cannot place).
+    #[default]
+    Deferred,
+    /// Fail the build with them, rendered (file:line:col, what, help): for tools and tests that
+    /// run the build helper outside cargo.
+    Rendered,
 }
 
 /// The build.rs entry point (`cc::Build`-style setters).
@@ -147,6 +166,11 @@ impl Builder {
         self.options.ascend = Some(on);
         self
     }
+    /// Where front-end errors are reported (see `FrontEndErrors`).
+    pub fn front_end_errors(&mut self, e: FrontEndErrors) -> &mut Builder {
+        self.options.front_end_errors = e;
+        self
+    }
     /// Write generated files under `dir` instead of `$OUT_DIR`.
     pub fn out_dir(&mut self, dir: impl AsRef<Path>) -> &mut Builder {
         self.options.out_dir = Some(dir.as_ref().to_path_buf());
@@ -208,7 +232,8 @@ impl Builder {
     /// Where output goes, the kernel headers written there, the profile to plan with and the
     /// backends to generate for (the host always; Ascend when the package asks for it).
     fn context(&self) -> Result<Context, Error> {
-        println!("cargo:rerun-if-env-changed=AUTOFUSION_VERBOSE");
+        // No rerun-if-env-changed for AUTOFUSION_VERBOSE: printing must not invalidate the
+        // build (report.md always holds the summary); it shows when the script next runs.
         let verbose = self
             .options
             .verbose
@@ -252,7 +277,8 @@ impl Builder {
     }
 
     /// Every `#[fused_graph]` of the listed files as a unit with where it was found, and the
-    /// rendered errors of those that could not be read, parsed or checked.
+    /// rendered errors of those that could not be read or (with `FrontEndErrors::Rendered`)
+    /// parsed or checked.
     fn collect_units(&self) -> (Vec<(Unit, String)>, String) {
         let mut units: Vec<(Unit, String)> = Vec::new();
         let mut errors = String::new();
@@ -269,7 +295,12 @@ impl Builder {
             let parsed: syn::File = match syn::parse_file(&src) {
                 Ok(f) => f,
                 Err(e) => {
-                    errors += &autofusion_compiler::diag::Diags::from(e).render(&shown, &src);
+                    let rendered = autofusion_compiler::diag::Diags::from(e).render(&shown, &src);
+                    self.front_end_error(
+                        &format!("`{shown}` does not parse"),
+                        rendered,
+                        &mut errors,
+                    );
                     continue;
                 }
             };
@@ -290,11 +321,25 @@ impl Builder {
                             units.push((u, at));
                         }
                     }
-                    Err(d) => errors += &d.render(&shown, &src),
+                    Err(d) => {
+                        let what = format!("graph `{}` ({at}) has errors", f.sig.ident);
+                        self.front_end_error(&what, d.render(&shown, &src), &mut errors);
+                    }
                 }
             }
         }
         (units, errors)
+    }
+
+    /// Report a front-end error as `Options::front_end_errors` says: one warning (rustc shows
+    /// the errors through the macro) or the rendered error added to `errors`.
+    fn front_end_error(&self, what: &str, rendered: String, errors: &mut String) {
+        match self.options.front_end_errors {
+            FrontEndErrors::Deferred => println!(
+                "cargo:warning=autofusion: {what}; not built (rustc reports the errors at the code)"
+            ),
+            FrontEndErrors::Rendered => *errors += &rendered,
+        }
     }
 
     /// Compile the host sources into `lib` (and `lib_debug` for graphs with `debug = true`).
@@ -305,13 +350,13 @@ impl Builder {
         files: &[(PathBuf, bool)],
     ) -> Result<(), Error> {
         for debug in [false, true] {
-            let srcs: Vec<&PathBuf> =
-                files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
+            let srcs: Vec<&Path> =
+                files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p.as_path()).collect();
             if srcs.is_empty() {
                 continue;
             }
             let mut b = cc::Build::new();
-            b.files(srcs).include(&ctx.include).warnings(false);
+            b.include(&ctx.include).warnings(false);
             for f in autofusion_compiler::codegen::host::CFLAGS {
                 b.flag_if_supported(f);
             }
@@ -327,9 +372,14 @@ impl Builder {
                 h(&mut b);
             }
             let name = if debug { format!("{lib}_debug") } else { lib.to_string() };
-            b.try_compile(&name).map_err(|e| Error {
+            let fail = |e: String| Error {
                 rendered: format!("error: compiling the generated kernels failed: {e}"),
-            })?;
+            };
+            let scratch = ctx.root.join("cc-scratch");
+            let objects =
+                objects::cached_objects(&b, &srcs, &headers_text(), &scratch).map_err(fail)?;
+            let archive = b.try_create_archive(&name, &objects).map_err(|e| fail(e.to_string()))?;
+            cc::try_emit_link_directives(&b, &archive).map_err(|e| fail(e.to_string()))?;
         }
         Ok(())
     }
@@ -349,8 +399,8 @@ impl Builder {
             rendered: format!("error: compiling the generated Ascend C failed: {e}"),
         };
         for debug in [false, true] {
-            let srcs: Vec<&PathBuf> =
-                files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p).collect();
+            let srcs: Vec<&Path> =
+                files.iter().filter(|(_, d)| *d == debug).map(|(p, _)| p.as_path()).collect();
             if srcs.is_empty() {
                 continue;
             }
@@ -365,11 +415,12 @@ impl Builder {
                 b.flag(&f);
             }
             b.flag(format!("-I{}", include.display()));
-            b.files(srcs);
             if self.options.out_dir.is_some() {
                 b.out_dir(out_dir);
             }
-            let objects = b.try_compile_intermediates().map_err(|e| fail(e.to_string()))?;
+            let scratch = out_dir.join("autofusion").join("bisheng-scratch");
+            let objects =
+                objects::cached_objects(&b, &srcs, &headers_text(), &scratch).map_err(fail)?;
             let name = if debug { format!("{lib}_ascend_debug") } else { format!("{lib}_ascend") };
             let a = out_dir.join(format!("lib{name}.a"));
             tk.run(&tk.static_lib_args(&objects, &a)).map_err(fail)?;
@@ -386,6 +437,14 @@ impl Builder {
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
         Ok(())
     }
+}
+
+/// The kernel headers' text (part of every object's cache key: the sources include them).
+fn headers_text() -> String {
+    autofusion_compiler::codegen::HEADERS
+        .iter()
+        .map(|(name, text)| format!("{name}\n{text}"))
+        .collect()
 }
 
 /// What every graph of one build shares.

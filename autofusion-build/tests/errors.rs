@@ -1,6 +1,8 @@
 //! Errors found by build.rs are rendered with file:line:col, what and a hint, and `compile()`
-//! exits with status 1 without a panic.
+//! exits with status 1 without a panic; front-end errors are left to the macro (rustc) unless
+//! asked for.
 
+use autofusion_build::FrontEndErrors;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -27,6 +29,7 @@ fn errors_are_rendered_with_locations() {
     let e = autofusion_build::Builder::new()
         .file(&f)
         .out_dir(f.parent().unwrap())
+        .front_end_errors(FrontEndErrors::Rendered)
         .try_compile("x")
         .unwrap_err();
     let shown = f.display().to_string();
@@ -69,8 +72,62 @@ fn child_compile_bad_graph() {
         return;
     }
     let f = fixture("bad_graph_child", BAD);
-    autofusion_build::Builder::new().file(&f).out_dir(f.parent().unwrap()).compile("x");
+    autofusion_build::Builder::new()
+        .file(&f)
+        .out_dir(f.parent().unwrap())
+        .front_end_errors(FrontEndErrors::Rendered)
+        .compile("x");
     unreachable!("compile() returns only on success");
+}
+
+/// Re-entered by `front_end_errors_are_deferred_to_the_macro` in a child process.
+#[test]
+fn child_compile_deferred() {
+    if std::env::var("AUTOFUSION_BUILD_TEST_DEFERRED").is_err() {
+        return;
+    }
+    let f = fixture("deferred", &format!("{BAD}\n{GOOD}"));
+    let out = autofusion_build::Builder::new()
+        .file(&f)
+        .out_dir(f.parent().unwrap())
+        .try_compile("deferred")
+        .unwrap();
+    let names: Vec<&str> = out.graphs.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["verbose_graph"], "the bad graph is skipped, the good one built");
+}
+
+/// By default a graph with DSL errors is skipped with one warning, for the macro to report,
+/// and the build succeeds.
+#[test]
+fn front_end_errors_are_deferred_to_the_macro() {
+    let out =
+        build_script_child("child_compile_deferred", &[("AUTOFUSION_BUILD_TEST_DEFERRED", "1")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let warning = "cargo:warning=autofusion: graph `layer` (";
+    assert!(stdout.contains(warning) && stdout.contains("has errors; not built"), "{stdout}");
+    assert!(!stdout.contains("unknown variable"), "the errors themselves are rustc's: {stdout}");
+}
+
+/// Run the test `name` of this binary in a child process with the environment cargo gives a
+/// build script (cc reads it), plus `envs`.
+fn build_script_child(name: &str, envs: &[(&str, &str)]) -> std::process::Output {
+    let vv = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .arg("-vV")
+        .output()
+        .unwrap();
+    let vv = String::from_utf8_lossy(&vv.stdout);
+    let host = vv.lines().find_map(|l| l.strip_prefix("host: ")).unwrap().to_string();
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .envs(envs.iter().copied())
+        .env("AUTOFUSION_PROFILE", "host")
+        .env("TARGET", &host)
+        .env("HOST", &host)
+        .env("OPT_LEVEL", "0")
+        .env("DEBUG", "false")
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -105,24 +162,10 @@ fn child_compile_verbose() {
 
 #[test]
 fn verbose_prints_the_summary_as_cargo_warnings() {
-    // cc reads what cargo gives a build script; give the child the same.
-    let vv = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-        .arg("-vV")
-        .output()
-        .unwrap();
-    let vv = String::from_utf8_lossy(&vv.stdout);
-    let host = vv.lines().find_map(|l| l.strip_prefix("host: ")).unwrap().to_string();
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_compile_verbose", "--nocapture", "--test-threads=1"])
-        .env("AUTOFUSION_BUILD_TEST_VERBOSE", "1")
-        .env("AUTOFUSION_VERBOSE", "1")
-        .env("AUTOFUSION_PROFILE", "host")
-        .env("TARGET", &host)
-        .env("HOST", &host)
-        .env("OPT_LEVEL", "0")
-        .env("DEBUG", "false")
-        .output()
-        .unwrap();
+    let out = build_script_child(
+        "child_compile_verbose",
+        &[("AUTOFUSION_BUILD_TEST_VERBOSE", "1"), ("AUTOFUSION_VERBOSE", "1")],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(

@@ -32,7 +32,7 @@ mod unit;
 pub use autofusion_ir::meta::{ModuleMeta, Variant};
 pub use autofusion_ir::{abi, dim, ir, json, meta};
 pub use builder::{BuildError, GraphBuilder};
-pub use unit::{symbol, Built, Lowered, Options, Signature, Unit};
+pub use unit::{fingerprint, symbol, Built, Lowered, Options, Signature, Unit};
 
 impl Unit {
     /// Parse options and function, lower, check, canonicalise. All errors of the front end

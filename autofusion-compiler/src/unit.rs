@@ -83,6 +83,12 @@ pub struct Built {
     pub source: codegen::Source,
 }
 
+/// 64-bit FNV-1a of `s` as 16 hex digits: a stable content key (the same in every process and
+/// toolchain, unlike `std`'s hasher) for graph hashes and the build's object cache.
+pub fn fingerprint(s: &str) -> String {
+    format!("{:016x}", fnv1a(s))
+}
+
 fn fnv1a(s: &str) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for b in s.bytes() {
@@ -166,7 +172,7 @@ fn unit_hash(graph: &Graph, o: &Options) -> String {
         o.debug,
         o.hints
     );
-    format!("{:016x}", fnv1a(&key))
+    fingerprint(&key)
 }
 
 /// `af_<graph>_<hash>_<variant>`.
