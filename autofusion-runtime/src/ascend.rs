@@ -291,7 +291,10 @@ impl AscendModule {
             g.node(id)
                 .shape
                 .iter()
-                .map(|d| d.eval(&bind).map(|v| v as usize).map_err(dim_err))
+                .map(|d| {
+                    let v = d.eval(&bind).map_err(dim_err)?;
+                    usize::try_from(v).map_err(|_| dim_err(format!("extent {d} = {v}")))
+                })
                 .collect()
         };
         let kerr = |msg: String| Error::Module { symbol: self.symbol.clone(), msg };
@@ -308,14 +311,24 @@ impl AscendModule {
         let mut bytes = Vec::new();
         let mut offsets = Vec::new();
         let mut off = 0usize;
+        // Device buffers: sizes checked for overflow before anything is allocated.
+        let overflow = |what: &'static str| {
+            let mut f = crate::memory::Footprint::default();
+            f.add(what, None);
+            f.check(&g.name, &format!("dims {dims:?}"), 0).unwrap_err()
+        };
         for &b in &self.meta.buffers {
-            let n = shape(b)?.iter().product::<usize>() * g.node(b).dtype.size();
+            let n = crate::memory::tensor_bytes(&shape(b)?, g.node(b).dtype.size())
+                .ok_or_else(|| overflow("device buffers"))?;
             bytes.push(n);
             if params.contains(&b) {
                 offsets.push(None);
             } else {
                 offsets.push(Some(off));
-                off += n.div_ceil(512) * 512;
+                off = n
+                    .checked_next_multiple_of(512)
+                    .and_then(|n| off.checked_add(n))
+                    .ok_or_else(|| overflow("device arena"))?;
             }
         }
         let args_off = off;

@@ -30,6 +30,11 @@ pub enum Error {
     Device { device: String, msg: String },
     /// A generated module that cannot be loaded or run.
     Module { symbol: String, msg: String },
+    /// A call that would need more memory than the limit (`bytes` is `None` when the size
+    /// overflows): checked before anything is allocated.
+    Memory { graph: String, dims: String, bytes: Option<usize>, largest: String, limit: usize },
+    /// An allocation the allocator refused.
+    Alloc { graph: String, what: String, bytes: usize },
 }
 
 impl fmt::Display for Error {
@@ -56,6 +61,20 @@ impl fmt::Display for Error {
             Error::Tensor { op, dtype, msg } => write!(f, "cannot {op} a {dtype} tensor: {msg}"),
             Error::Device { device, msg } => write!(f, "device {device}: {msg}"),
             Error::Module { symbol, msg } => write!(f, "kernel module `{symbol}`: {msg}"),
+            Error::Memory { graph, dims, bytes, largest, limit } => {
+                let need = bytes.map_or("more than 2^64 bytes".into(), crate::memory::human);
+                write!(
+                    f,
+                    "`{graph}` with {dims}: the call needs {need} ({largest}), over the memory \
+                     limit of {} (AUTOFUSION_MEMORY_LIMIT or Module::set_memory_limit)",
+                    crate::memory::human(*limit)
+                )
+            }
+            Error::Alloc { graph, what, bytes } => write!(
+                f,
+                "`{graph}`: allocating {} for the {what} failed",
+                crate::memory::human(*bytes)
+            ),
         }
     }
 }

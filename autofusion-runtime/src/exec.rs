@@ -3,6 +3,7 @@
 //! and runs the kernels as SPMD blocks on the thread pool.
 
 use crate::error::{Error, Result};
+use crate::memory::{self, Footprint};
 use crate::pool::pool;
 use crate::reference;
 use crate::tensor::Tensor;
@@ -45,6 +46,58 @@ enum Loc {
     Arena(usize),
 }
 
+/// An intermediate value in the arena: written by kernel `from`, last read by kernel `to`.
+struct Live {
+    id: NodeId,
+    from: usize,
+    to: usize,
+    /// Rounded up to 64 bytes; `None` when the size overflows.
+    bytes: Option<usize>,
+}
+
+impl Live {
+    fn size(&self) -> usize {
+        self.bytes.unwrap_or(usize::MAX)
+    }
+}
+
+/// Place the intermediates, largest first, each at the lowest offset clear of every value
+/// live at the same time; returns the arena's size.
+fn layout_arena(live: &[Live], locs: &mut HashMap<NodeId, Loc>) -> usize {
+    let mut order: Vec<usize> = (0..live.len()).collect();
+    order.sort_by(|a, b| live[*b].size().cmp(&live[*a].size()).then(a.cmp(b)));
+    let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // (start, end, from, to)
+    let mut arena_bytes = 0;
+    for i in order {
+        let v = &live[i];
+        let mut conflicts: Vec<(usize, usize)> =
+            placed.iter().filter(|p| p.2 <= v.to && v.from <= p.3).map(|p| (p.0, p.1)).collect();
+        conflicts.sort();
+        let mut off = 0usize;
+        for (s, e) in conflicts {
+            if off.saturating_add(v.size()) <= s {
+                break;
+            }
+            off = off.max(e);
+        }
+        let end = off.saturating_add(v.size());
+        placed.push((off, end, v.from, v.to));
+        arena_bytes = arena_bytes.max(end);
+        locs.insert(v.id, Loc::Arena(off));
+    }
+    arena_bytes
+}
+
+/// `S = 128, T = 7` (or `no dynamic dims`).
+fn dims_text(g: &Graph, dims: &[i64]) -> String {
+    if g.dyn_dims.is_empty() {
+        return "no dynamic dims".into();
+    }
+    let pairs: Vec<String> =
+        g.dyn_dims.iter().zip(dims).map(|(n, v)| format!("{n} = {v}")).collect();
+    pairs.join(", ")
+}
+
 /// Everything that depends only on the bound dims: computed once per shape, then cached.
 #[derive(Debug)]
 pub struct ShapePlan {
@@ -58,6 +111,11 @@ pub struct ShapePlan {
     /// For the pipeline: the earlier kernels each kernel must wait for (it reads their
     /// outputs, or its outputs reuse arena memory they read or write).
     pub deps: Vec<Vec<usize>>,
+    /// What a call at these dims allocates, by part (checked against the memory limit before
+    /// each call).
+    pub footprint: Footprint,
+    /// The bound dims as `S = 128, T = 7`, for messages.
+    pub dims_text: String,
     locs: HashMap<NodeId, Loc>,
     out_shapes: Vec<Vec<usize>>,
 }
@@ -75,11 +133,15 @@ pub struct Module {
     packed: Mutex<HashMap<(usize, usize), Arc<Packed>>>,
     /// Operands packed so far (cache misses), for tests and reports.
     packs_done: AtomicUsize,
+    /// Bytes a call may allocate (see `memory`).
+    memory_limit: AtomicUsize,
+    /// An arena larger than this is freed after the call that grew it.
+    arena_retain: AtomicUsize,
 }
 
 /// 64-byte aligned storage for packed operands (the micro-kernels stream them).
 #[repr(C, align(64))]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Line([f32; 16]);
 
 /// One packed operand and what it was packed from: the tensor's contents stamp and the
@@ -90,8 +152,13 @@ struct Packed {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Each thread's kernel scratch, with the release epoch it was allocated in.
+    static SCRATCH: RefCell<(usize, Vec<f32>)> = const { RefCell::new((0, Vec::new())) };
 }
+
+/// Bumped by `Module::release_memory`: a thread whose scratch is from an older epoch frees it
+/// at its next use (pool workers cannot be reached from the releasing thread).
+static SCRATCH_EPOCH: AtomicUsize = AtomicUsize::new(0);
 
 #[derive(Clone, Copy)]
 struct SendPtr(*const *mut c_void);
@@ -149,7 +216,41 @@ impl Module {
             arena: Mutex::new(Vec::new()),
             packed: Mutex::new(HashMap::new()),
             packs_done: AtomicUsize::new(0),
+            memory_limit: AtomicUsize::new(memory::default_limit()),
+            arena_retain: AtomicUsize::new(usize::MAX),
         })
+    }
+
+    /// Bytes one call may allocate (arena, outputs, scratch, packed weights); a call that
+    /// would need more returns `Error::Memory` before allocating anything.
+    pub fn set_memory_limit(&self, bytes: usize) {
+        self.memory_limit.store(bytes, Ordering::Relaxed);
+    }
+    pub fn memory_limit(&self) -> usize {
+        self.memory_limit.load(Ordering::Relaxed)
+    }
+
+    /// Free the arena after any call that grew it past `bytes` (default: keep it, so calls
+    /// of one shape reuse it). `0` frees it after every call.
+    pub fn set_arena_retain(&self, bytes: usize) {
+        self.arena_retain.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Return what the module holds between calls: the arena, the per-shape plans, the packed
+    /// weights, and every thread's kernel scratch (freed at the thread's next use). The next
+    /// call allocates what it needs again.
+    pub fn release_memory(&self) {
+        *self.arena.lock().unwrap_or_else(|e| e.into_inner()) = Vec::new();
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.packed.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        SCRATCH_EPOCH.fetch_add(1, Ordering::Relaxed);
+        SCRATCH.with(|s| *s.borrow_mut() = (0, Vec::new()));
+    }
+
+    /// Bytes held between calls: the arena and the packed weights.
+    pub fn held_bytes(&self) -> usize {
+        let arena = self.arena.lock().unwrap_or_else(|e| e.into_inner()).capacity() * 8;
+        arena + self.packed_bytes()
     }
 
     pub fn graph(&self) -> &Graph {
@@ -179,84 +280,123 @@ impl Module {
 
     fn make_plan(&self, dims: &[i64]) -> Result<ShapePlan> {
         let g = &self.meta.graph;
+        let dims_text = dims_text(g, dims);
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
         let dim_err = |msg: String| Error::Dims { graph: g.name.clone(), msg };
         let shape = |id: NodeId| -> Result<Vec<usize>> {
-            g.node(id)
-                .shape
+            let n = g.node(id);
+            n.shape
                 .iter()
-                .map(|d| d.eval(&bind).map(|v| v as usize).map_err(dim_err))
+                .map(|d| match d.eval(&bind) {
+                    Ok(v) => usize::try_from(v).map_err(|_| {
+                        dim_err(format!("`{}` has extent {d} = {v} with {dims_text}", n.name))
+                    }),
+                    Err(e) => Err(dim_err(e)),
+                })
                 .collect()
         };
-        let eval = |d: &autofusion_ir::dim::DimExpr| d.eval(&bind).unwrap_or(0);
-        let threads = pool().threads();
-        let mut tilings = Vec::new();
-        let mut scratch_floats = Vec::new();
-        for k in &self.meta.kernels {
-            let (t, s) = choose(&k.work, &eval, threads);
-            tilings.push(t);
-            scratch_floats.push(s);
-        }
         // Locations: parameters, graph outputs, and arena slots for the rest.
         let mut locs = HashMap::new();
         for (i, p) in g.param_nodes().iter().enumerate() {
             locs.insert(*p, Loc::Param(i));
         }
+        let mut footprint = Footprint::default();
         let mut out_shapes = Vec::new();
+        let mut out_bytes = Some(0usize);
         for (i, o) in g.outputs.iter().enumerate() {
             locs.insert(*o, Loc::Output(i));
-            out_shapes.push(shape(*o)?);
+            let s = shape(*o)?;
+            out_bytes = out_bytes
+                .zip(memory::tensor_bytes(&s, g.node(*o).dtype.size()))
+                .and_then(|(a, b)| a.checked_add(b));
+            out_shapes.push(s);
         }
-        // Liveness in kernel steps: [writer, last reader].
-        let mut live: Vec<(NodeId, usize, usize, usize)> = Vec::new();
+        footprint.add("outputs", out_bytes);
+        let live = self.liveness(&shape, &mut locs)?;
+        if live.iter().any(|v| v.bytes.is_none()) {
+            footprint.add("arena of intermediates", None);
+            return Err(footprint.check(&g.name, &dims_text, 0).unwrap_err());
+        }
+        // Tilings only for sizes that fit: their arithmetic assumes it.
+        let eval = |d: &autofusion_ir::dim::DimExpr| d.eval(&bind).unwrap_or(0);
+        let threads = pool().threads();
+        let (tilings, scratch_floats): (Vec<Tiling>, Vec<usize>) =
+            self.meta.kernels.iter().map(|k| choose(&k.work, &eval, threads)).unzip();
+        let arena_bytes = layout_arena(&live, &mut locs);
+        footprint.add("arena of intermediates", Some(arena_bytes));
+        let widest = scratch_floats.iter().max().copied().unwrap_or(0);
+        footprint.add("per-thread kernel scratch", widest.checked_mul(4 * threads));
+        footprint.add("packed weights", self.packed_weight_bytes(&eval));
+        let deps = self.kernel_deps(&live, &locs);
+        Ok(ShapePlan {
+            dims: dims.to_vec(),
+            tilings,
+            scratch_floats,
+            arena_bytes,
+            intermediate_bytes: live.iter().filter_map(|v| v.bytes).sum(),
+            deps,
+            footprint,
+            dims_text,
+            locs,
+            out_shapes,
+        })
+    }
+
+    /// The intermediates (values written by a kernel that are not graph outputs), each with
+    /// the kernel steps it lives in and its 64-byte rounded size (`None` on overflow); their
+    /// locations are entered in `locs` as unplaced arena slots.
+    fn liveness(
+        &self,
+        shape: &dyn Fn(NodeId) -> Result<Vec<usize>>,
+        locs: &mut HashMap<NodeId, Loc>,
+    ) -> Result<Vec<Live>> {
+        let g = &self.meta.graph;
+        let mut live: Vec<Live> = Vec::new();
         for (ki, k) in self.meta.kernels.iter().enumerate() {
             for &o in &k.buffers[k.n_inputs..] {
                 if let std::collections::hash_map::Entry::Vacant(e) = locs.entry(o) {
-                    let bytes = shape(o)?.iter().product::<usize>() * g.node(o).dtype.size();
-                    live.push((o, ki, ki, bytes.div_ceil(64) * 64));
+                    let bytes = memory::tensor_bytes(&shape(o)?, g.node(o).dtype.size())
+                        .and_then(|b| b.checked_next_multiple_of(64));
+                    live.push(Live { id: o, from: ki, to: ki, bytes });
                     e.insert(Loc::Arena(usize::MAX));
                 }
             }
         }
         for (ki, k) in self.meta.kernels.iter().enumerate() {
             for &i in &k.buffers[..k.n_inputs] {
-                if let Some(e) = live.iter_mut().find(|e| e.0 == i) {
-                    e.2 = e.2.max(ki);
+                if let Some(e) = live.iter_mut().find(|e| e.id == i) {
+                    e.to = e.to.max(ki);
                 }
             }
         }
-        // Greedy by size: each value takes the lowest offset clear of every overlapping value.
-        let mut order: Vec<usize> = (0..live.len()).collect();
-        order.sort_by(|a, b| live[*b].3.cmp(&live[*a].3).then(a.cmp(b)));
-        let mut placed: Vec<(usize, usize, usize, usize)> = Vec::new(); // (start, end, from, to)
-        let mut arena_bytes = 0;
-        for i in order {
-            let (id, from, to, size) = live[i];
-            let mut conflicts: Vec<(usize, usize)> =
-                placed.iter().filter(|p| p.2 <= to && from <= p.3).map(|p| (p.0, p.1)).collect();
-            conflicts.sort();
-            let mut off = 0;
-            for (s, e) in conflicts {
-                if off + size <= s {
-                    break;
-                }
-                off = off.max(e);
-            }
-            placed.push((off, off + size, from, to));
-            arena_bytes = arena_bytes.max(off + size);
-            locs.insert(id, Loc::Arena(off));
-        }
-        let intermediate_bytes = live.iter().map(|e| e.3).sum();
-        // Memory each kernel touches: (reads, writes) as arena byte ranges or buffer ids.
+        Ok(live)
+    }
+
+    /// Bytes of every packed weight operand at these dims (`None` on overflow).
+    fn packed_weight_bytes(
+        &self,
+        eval: &dyn Fn(&autofusion_ir::dim::DimExpr) -> i64,
+    ) -> Option<usize> {
+        let mut packs = self.meta.kernels.iter().flat_map(|k| &k.packs);
+        packs.try_fold(0usize, |acc, p| {
+            let [b, k, n] = [&p.batch, &p.k, &p.n].map(|d| eval(d).max(0));
+            let floats = usize::try_from(autofusion_ir::abi::packed_floats(b, k, n)).ok()?;
+            acc.checked_add(floats.checked_mul(4)?)
+        })
+    }
+
+    /// For the pipeline: the earlier kernels each kernel must wait for (it reads their
+    /// outputs, or writes memory they read or write).
+    fn kernel_deps(&self, live: &[Live], locs: &HashMap<NodeId, Loc>) -> Vec<Vec<usize>> {
         let range = |id: NodeId| -> Option<(usize, usize)> {
             match locs[&id] {
-                Loc::Arena(off) => live.iter().find(|e| e.0 == id).map(|e| (off, off + e.3)),
+                Loc::Arena(off) => live.iter().find(|e| e.id == id).map(|e| (off, off + e.size())),
                 _ => None,
             }
         };
         let overlap = |a: Option<(usize, usize)>, b: Option<(usize, usize)>| matches!((a, b), (Some(x), Some(y)) if x.0 < y.1 && y.0 < x.1);
         let ks = &self.meta.kernels;
-        let deps = (0..ks.len())
+        (0..ks.len())
             .map(|k| {
                 (0..k)
                     .filter(|&j| {
@@ -273,17 +413,7 @@ impl Module {
                     })
                     .collect()
             })
-            .collect();
-        Ok(ShapePlan {
-            dims: dims.to_vec(),
-            tilings,
-            scratch_floats,
-            arena_bytes,
-            intermediate_bytes,
-            deps,
-            locs,
-            out_shapes,
-        })
+            .collect()
     }
 
     /// Run the fused kernels.
@@ -319,12 +449,13 @@ impl Module {
         let dims = self.bind(inputs)?;
         let plan = self.shape_plan(&dims)?;
         let g = &self.meta.graph;
+        plan.footprint.check(&g.name, &plan.dims_text, self.memory_limit())?;
         let mut outputs: Vec<Tensor> = g
             .outputs
             .iter()
             .zip(&plan.out_shapes)
-            .map(|(o, s)| Tensor::zeros(g.node(*o).dtype, s))
-            .collect();
+            .map(|(o, s)| Tensor::try_zeros(g.node(*o).dtype, s, &g.name))
+            .collect::<Result<_>>()?;
         let mut own_arena;
         let mut guard = self.arena.try_lock().ok();
         let arena: &mut Vec<u64> = match guard.as_deref_mut() {
@@ -336,6 +467,11 @@ impl Module {
         };
         let words = plan.arena_bytes / 8;
         if arena.len() < words {
+            arena.try_reserve_exact(words - arena.len()).map_err(|_| Error::Alloc {
+                graph: g.name.clone(),
+                what: "arena of intermediates".into(),
+                bytes: plan.arena_bytes,
+            })?;
             arena.resize(words, 0);
         }
         let arena_ptr = arena.as_mut_ptr() as *mut u8;
@@ -372,7 +508,12 @@ impl Module {
             let f = self.kernels[ki];
             let bp = bufs[ki];
             SCRATCH.with(|s| {
-                let mut s = s.borrow_mut();
+                let (epoch, s) = &mut *s.borrow_mut();
+                let now = SCRATCH_EPOCH.load(Ordering::Relaxed);
+                if *epoch != now {
+                    *s = Vec::new(); // released since this thread last ran a kernel
+                    *epoch = now;
+                }
                 if s.len() < scratch.max(1) {
                     s.resize(scratch.max(1), 0.0);
                 }
@@ -427,6 +568,11 @@ impl Module {
                 }
             }
         }
+        if let Some(a) = guard.as_deref_mut() {
+            if a.capacity() * 8 > self.arena_retain.load(Ordering::Relaxed) {
+                *a = Vec::new();
+            }
+        }
         drop(guard);
         Ok(outputs)
     }
@@ -465,7 +611,8 @@ impl Module {
         }
         let [b, k, n] = key.1;
         let floats = autofusion_ir::abi::packed_floats(b, k, n) as usize;
-        let mut data = vec![Line([0.0; 16]); floats.div_ceil(16).max(1)];
+        let mut data: Vec<Line> =
+            memory::try_zeroed(floats.div_ceil(16).max(1), &g.name, "packed weights")?;
         let (t, _) = choose_pack(b, k, n, pool().threads());
         bufs.push(data.as_mut_ptr() as *mut c_void);
         let bp = SendPtr(bufs.as_ptr());

@@ -12,6 +12,7 @@ pub mod ascend;
 pub mod error;
 pub mod exec;
 pub mod library;
+pub mod memory;
 pub mod pool;
 pub mod reference;
 pub mod tensor;

@@ -68,6 +68,17 @@ impl Tensor {
         };
         Tensor { storage, shape: shape.to_vec(), stamp: Stamp::new() }
     }
+    /// `zeros`, or `Err` naming `graph` when the allocator refuses (no abort).
+    pub fn try_zeros(dtype: DType, shape: &[usize], graph: &str) -> Result<Tensor> {
+        let n = numel(shape);
+        let what = "outputs";
+        let storage = match dtype {
+            DType::F32 => Storage::F32(crate::memory::try_zeroed(n, graph, what)?),
+            DType::F16 => Storage::F16(crate::memory::try_zeroed(n, graph, what)?),
+            DType::BF16 => Storage::BF16(crate::memory::try_zeroed(n, graph, what)?),
+        };
+        Ok(Tensor { storage, shape: shape.to_vec(), stamp: Stamp::new() })
+    }
     /// Deterministic N(0, std^2) values (a small xorshift + Box-Muller): for tests and examples.
     pub fn randn(shape: &[usize], std: f32, seed: u64) -> Tensor {
         let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;

@@ -32,6 +32,12 @@ fn gemm_scratch(mc: i64, nc: i64, kc: i64) -> usize {
     ((mc + MR_MAX) * kc + kc + kc * NR_MAX + mc * (nc + 16)) as usize
 }
 
+/// A product of extents, saturating: the flop count of a shape whose tensors fit in memory
+/// can still pass `i64::MAX`, and only its comparison with a threshold matters here.
+fn flops(factors: &[i64]) -> i64 {
+    factors.iter().fold(1i64, |acc, &f| acc.saturating_mul(f))
+}
+
 /// `units` work units in at most `max_blocks` blocks (one block when the work is too small to
 /// be worth a launch across threads): (block_num, units per block).
 fn split(units: i64, parallel: bool, max_blocks: i64) -> (i64, i64) {
@@ -65,7 +71,7 @@ pub fn choose(
                 nc = (nc / 2 + NR_MAX - 1) / NR_MAX * NR_MAX;
             }
             let units = units_for(nc);
-            let flops = 2 * b * m * n * k;
+            let flops = flops(&[2, b, m, n, k]);
             let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
             let tiling =
                 Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
@@ -90,7 +96,10 @@ pub fn choose(
                 nc = (nc / 2 + NR_MAX - 1) / NR_MAX * NR_MAX;
             }
             let units = units_for(nc);
-            let flops: i64 = ps.iter().map(|(b, m, n, k)| 2 * b * m * n * k).sum();
+            let flops: i64 = ps
+                .iter()
+                .map(|(b, m, n, k)| flops(&[2, *b, *m, *n, *k]))
+                .fold(0, i64::saturating_add);
             let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
             let tiling =
                 Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
@@ -116,7 +125,7 @@ pub fn choose(
             let groups = ((2 * t + b.max(1) - 1) / b.max(1)).clamp(1, qt.max(1));
             let qpu = ((qt + groups - 1) / groups).max(1);
             let units = b * ((qt + qpu - 1) / qpu);
-            let flops = 4 * b * sq * sk * d;
+            let flops = flops(&[4, b, sq, sk, d]);
             let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
             let tiling = Tiling {
                 block_num,
