@@ -1,7 +1,7 @@
 //! How fast the host kernels are, against this machine's limit and against onnxruntime.
 //!
 //!     pip install -r peers/requirements.txt      # once: numpy, onnx, onnxruntime
-//!     cargo bench --bench kernels                 # [-- --quick] [--no-ort] [--only gemm|seed|decode] [--verbose]
+//!     cargo bench --bench kernels                 # [-- --quick] [--no-ort] [--only gemm|seed|decode|dtypes] [--verbose]
 //!
 //! Parts, each ending with a one-line summary:
 //! 1. `fma peak`: an FMA loop per pool thread (the widest ISA this CPU has), all threads at once;
@@ -15,7 +15,10 @@
 //!    against the script's float64 forward (normwise relative error <= 1e-4).
 //! 4. `decode`: the d 512 layer at S = 1, 4, 16, onnxruntime at the same S, and the dispatch
 //!    overheads on cached shapes (per call, per kernel, per SPMD launch + barrier).
-//! 5. `memory`: arenas, packed weights and the process's peak RSS.
+//! 5. `dtypes`: the d 512 seed layer (S 128, fused) declared f32, f16 and bf16, interleaved:
+//!    the half-precision layers' time over the f32 layer's (storage in 16 bits, arithmetic in
+//!    f32, so the conversions are the whole difference).
+//! 6. `memory`: arenas, packed weights and the process's peak RSS.
 //!
 //! Times are medians over runs interleaved with their competitors, so load on this shared
 //! machine hits all of them alike. Threads: `AUTOFUSION_THREADS` (default: all cores).
@@ -585,6 +588,54 @@ fn weight_bytes(l: &Layer) -> usize {
     l.weights.iter().map(|t| t.shape().iter().product::<usize>() * 4).sum()
 }
 
+// ---------------------------------------------------------------- 5. f16 and bf16 layers
+
+fn dtypes(target: &Target, a: &Args) {
+    let (d, h, s) = (512, 8, 128);
+    let names = ["f32", "f16", "bf16"];
+    let mut layers = Vec::new();
+    for dt in names {
+        let src = seed_src(d, h)
+            .replace("Tensor<f32", &format!("Tensor<{dt}"))
+            .replace(&format!("fn seed_d{d}("), &format!("fn seed_d{d}_{dt}("));
+        let m = load(&src, Variant::Fused, target);
+        let x = Tensor::randn(&[s, d], 1.0, 7);
+        let ins: Vec<Tensor> = std::iter::once(x)
+            .chain(weights(d))
+            .map(|t| t.to_dtype(m.graph().node(m.graph().param_nodes()[0]).dtype).unwrap())
+            .collect();
+        layers.push((m, ins));
+    }
+    let rounds = if a.quick { 5 } else { 21 };
+    let mut times = vec![Vec::new(); names.len()];
+    for _ in 0..rounds {
+        for (k, (m, ins)) in layers.iter().enumerate() {
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let t0 = Instant::now();
+            m.run(&refs).unwrap();
+            times[k].push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let med: Vec<f64> = times.iter().map(|t| median(t)).collect();
+    if a.verbose {
+        for (dt, (m, ins)) in names.iter().zip(&layers) {
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let t = m.time_kernels(&refs, 5).unwrap();
+            for ((name, ops), us) in m.kernel_names().iter().zip(t) {
+                println!("    {dt} {name}: {us:.1} us ({ops})");
+            }
+        }
+    }
+    println!(
+        "dtypes d {d} S {s} fused: f32 {:.3} ms, f16 {:.3} ms ({:.2}x f32), bf16 {:.3} ms ({:.2}x f32)",
+        med[0],
+        med[1],
+        med[1] / med[0],
+        med[2],
+        med[2] / med[0]
+    );
+}
+
 // ---------------------------------------------------------------- 4. decode and dispatch
 
 fn decode(target: &Target, a: &Args) {
@@ -689,6 +740,9 @@ fn main() {
     }
     if want("decode") {
         decode(&target, &a);
+    }
+    if want("dtypes") {
+        dtypes(&target, &a);
     }
     let (now, hwm) = rss();
     for m in &mem {

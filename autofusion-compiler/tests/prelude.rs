@@ -67,7 +67,48 @@ static int check_exp(void) {
     printf("af_erff, af_tanhf: worst absolute error %.3g, %.3g: %s\n", werf, wtanh, bad2 ? "FAILED" : "ok");
     return bad + bad2;
 }
-int main(void) {
+/* The float sample of the conversion checks: every sign, exponent and top mantissa bits, with
+ * low bits on and around the f16 rounding boundaries (0x1000 is a tie) and one hashed value. */
+static uint32_t sample_float(uint32_t i) {
+    static const uint32_t low[8] = {0x0000u, 0x0001u, 0x0fffu, 0x1000u, 0x1001u, 0x1fffu, 0x0800u, 0u};
+    const uint32_t hi = i >> 3, k = i & 7u;
+    return (hi << 13) | (k == 7 ? (hi * 2654435761u) & 0x1fffu : low[k]);
+}
+#define N_SAMPLE (1u << 22)
+#ifdef AF_HAVE_X86
+__attribute__((target("f16c"))) static uint32_t hw_h2f(uint16_t h) { return af_f32_bits(_cvtsh_ss(h)); }
+__attribute__((target("f16c"))) static uint16_t hw_f2h(float x) { return (uint16_t)_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
+/* The branch-free conversions bit for bit against the CPU's F16C instructions. */
+static int check_f16c(void) {
+    if (!__builtin_cpu_supports("f16c")) { printf("f16c: not on this CPU\n"); return 0; }
+    long bad = 0;
+    for (uint32_t h = 0; h < 65536u; ++h)
+        if (af_f32_bits(af_h2f((uint16_t)h)) != hw_h2f((uint16_t)h) && bad++ < 5) printf("h2f(%04x) differs from F16C\n", h);
+    for (uint32_t i = 0; i < N_SAMPLE; ++i) {
+        const float x = af_bits_f32(sample_float(i));
+        if (af_f2h(x) != hw_f2h(x) && bad++ < 10) printf("f2h(%08x) = %04x, F16C %04x\n", sample_float(i), af_f2h(x), hw_f2h(x));
+    }
+    printf("f16 conversions against F16C: %s\n", bad ? "FAILED" : "ok");
+    return bad != 0;
+}
+#endif
+/* `t dump FILE`: every conversion of the sample, for the Rust side to compare with `half`. */
+static int dump_conversions(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 1;
+    for (uint32_t h = 0; h < 65536u; ++h) {
+        const uint32_t a = af_f32_bits(af_h2f((uint16_t)h)), b = af_f32_bits(af_bf2f((uint16_t)h));
+        fwrite(&a, 4, 1, f), fwrite(&b, 4, 1, f);
+    }
+    for (uint32_t i = 0; i < N_SAMPLE; ++i) {
+        const float x = af_bits_f32(sample_float(i));
+        const uint16_t a = af_f2h(x), b = af_f2bf(x);
+        fwrite(&a, 2, 1, f), fwrite(&b, 2, 1, f);
+    }
+    return fclose(f) != 0;
+}
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "dump")) return dump_conversions(argv[2]);
     int bad = check_exp();
     bad += check_uk("portable", af_uk_portable, 4, 16);
 #ifdef AF_HAVE_X86
@@ -76,6 +117,7 @@ int main(void) {
     else printf("avx2: not on this CPU\n");
     if (__builtin_cpu_supports("avx512f")) bad += check_uk("avx512", af_uk_avx512, 8, 32);
     else printf("avx512: not on this CPU\n");
+    bad += check_f16c();
 #endif
     af_isa_info isa = af_isa();
     printf("selected: %s\n", isa.name);
@@ -83,7 +125,9 @@ int main(void) {
 }
 "#;
 
-fn run(tag: &str, extra: &[&str]) -> Option<String> {
+/// Compile the harness (`tag` names its folder); `None` when `extra` asks for a sanitizer the
+/// compiler does not have.
+fn build(tag: &str, extra: &[&str]) -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("prelude-{tag}"));
     std::fs::create_dir_all(&dir).unwrap();
     let src = dir.join("t.c");
@@ -113,6 +157,11 @@ fn run(tag: &str, extra: &[&str]) -> Option<String> {
         }
         panic!("compiling the prelude harness ({tag}) failed:\n{err}");
     }
+    Some(exe)
+}
+
+fn run(tag: &str, extra: &[&str]) -> Option<String> {
+    let exe = build(tag, extra)?;
     let res = Command::new(&exe)
         .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
         .output()
@@ -128,6 +177,10 @@ fn micro_kernels_and_exp_are_exact_on_every_tail() {
     let text = run("plain", &[]).unwrap();
     assert!(text.contains("portable 4x16: ok"), "{text}");
     assert!(text.contains("af_expf: worst relative error"), "{text}");
+    assert!(
+        text.contains("f16 conversions against F16C: ok") || text.contains("f16c: not on this CPU"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -144,4 +197,54 @@ fn micro_kernels_under_address_and_undefined_sanitizers() {
         Some(text) => assert!(text.contains("portable 4x16: ok"), "{text}"),
         None => eprintln!("skipped: the C compiler has no sanitizer runtime"),
     }
+}
+
+/// The kernels' f16 and bf16 conversions bit for bit against the `half` crate (the runtime's
+/// conversions) on all 65536 halves and a 4M-float sample around every rounding boundary;
+/// on a CPU with F16C the harness also compares them with the instructions.
+#[test]
+fn half_conversions_match_the_half_crate_bit_for_bit() {
+    use half::{bf16, f16};
+    let exe = build("plain", &[]).unwrap();
+    let file = exe.with_file_name("conversions.bin");
+    let st = Command::new(&exe).arg("dump").arg(&file).status().unwrap();
+    assert!(st.success());
+    let data = std::fs::read(&file).unwrap();
+    let u32_at = |i: usize| u32::from_le_bytes(data[i..i + 4].try_into().unwrap());
+    let u16_at = |i: usize| u16::from_le_bytes(data[i..i + 2].try_into().unwrap());
+    let mut bad = Vec::new();
+    for h in 0..65536usize {
+        let (a, b) = (u32_at(h * 8), u32_at(h * 8 + 4));
+        let (wa, wb) = (
+            f16::from_bits(h as u16).to_f32().to_bits(),
+            bf16::from_bits(h as u16).to_f32().to_bits(),
+        );
+        if a != wa || b != wb {
+            bad.push(format!(
+                "half {h:04x}: h2f {a:08x} (half {wa:08x}), bf2f {b:08x} (half {wb:08x})"
+            ));
+        }
+    }
+    let base = 65536 * 8;
+    let low = [0x0000u32, 0x0001, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x0800];
+    for i in 0..(1u32 << 22) {
+        let (hi, k) = (i >> 3, i & 7);
+        let lo = if k == 7 { hi.wrapping_mul(2654435761) & 0x1fff } else { low[k as usize] };
+        let x = f32::from_bits((hi << 13) | lo);
+        let at = base + i as usize * 4;
+        let (a, b) = (u16_at(at), u16_at(at + 2));
+        let (wa, wb) = (f16::from_f32(x).to_bits(), bf16::from_f32(x).to_bits());
+        if a != wa || b != wb {
+            bad.push(format!(
+                "float {:08x}: f2h {a:04x} (half {wa:04x}), f2bf {b:04x} (half {wb:04x})",
+                x.to_bits()
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} conversions differ, first: {:#?}",
+        bad.len(),
+        &bad[..bad.len().min(8)]
+    );
 }
