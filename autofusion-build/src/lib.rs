@@ -120,8 +120,8 @@ fn write_if_changed(path: &Path, content: &str) -> std::io::Result<()> {
     std::fs::write(path, content)
 }
 
-/// `dot -Tsvg` when Graphviz is installed and the SVG is older than its DOT file.
-fn render_svg(dot: &Path, svg: &Path) {
+/// `dot -Tsvg` when the SVG is older than its DOT file; `Err` says why no SVG was made.
+fn render_svg(dot: &Path, svg: &Path) -> Result<(), String> {
     let newer = |a: &Path, b: &Path| match (
         a.metadata().and_then(|m| m.modified()),
         b.metadata().and_then(|m| m.modified()),
@@ -129,8 +129,16 @@ fn render_svg(dot: &Path, svg: &Path) {
         (Ok(x), Ok(y)) => x > y,
         _ => true,
     };
-    if newer(dot, svg) {
-        let _ = std::process::Command::new("dot").arg("-Tsvg").arg(dot).arg("-o").arg(svg).output();
+    if !newer(dot, svg) {
+        return Ok(());
+    }
+    match std::process::Command::new("dot").arg("-Tsvg").arg(dot).arg("-o").arg(svg).output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!("`dot -Tsvg` failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err("Graphviz's `dot` is not installed (e.g. `apt install graphviz`); the .dot files are there".into())
+        }
+        Err(e) => Err(format!("cannot run `dot`: {e}")),
     }
 }
 
@@ -517,11 +525,17 @@ fn write_reports(
 ) -> std::io::Result<()> {
     let g = &unit.graph;
     write_if_changed(&dir.join("plan.json"), &report::plan_json(g, plan))?;
-    write_if_changed(&dir.join("report.md"), &report::report_md(g, plan, summary))?;
     write_if_changed(&dir.join("before.dot"), &report::dot(g, None))?;
     write_if_changed(&dir.join("after.dot"), &report::dot(g, Some(plan)))?;
+    let mut why_no_svg = None;
     for name in ["before", "after"] {
-        render_svg(&dir.join(format!("{name}.dot")), &dir.join(format!("{name}.svg")));
+        let svg = render_svg(&dir.join(format!("{name}.dot")), &dir.join(format!("{name}.svg")));
+        why_no_svg = why_no_svg.or(svg.err());
     }
+    let mut md = report::report_md(g, plan, summary);
+    if let Some(why) = why_no_svg {
+        md += &format!("\nNo SVG of the graphs was made: {why}.\n");
+    }
+    write_if_changed(&dir.join("report.md"), &md)?;
     Ok(())
 }

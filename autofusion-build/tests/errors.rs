@@ -174,4 +174,12 @@ fn verbose_prints_the_summary_as_cargo_warnings() {
     );
     assert!(stdout.contains("cargo:warning=[INFO] Fused 2 operators into 1 kernels"), "{stdout}");
     assert!(stdout.contains("cargo:rustc-env=AUTOFUSION_GRAPH_VERBOSE_GRAPH="), "{stdout}");
+    // The report says which rules can apply, and why there is no SVG when there is none.
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("verbose_graph/autofusion/verbose_graph");
+    let report = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(report.contains("rules that apply at it: elementwise_chain"), "{report}");
+    assert!(!report.contains("flash_attention"), "a rule of opt_level 3 at opt_level 2: {report}");
+    let svg = dir.join("after.svg").exists();
+    assert_eq!(svg, !report.contains("No SVG of the graphs was made"), "{report}");
 }

@@ -22,7 +22,10 @@ pub fn summary(g: &Graph, plan: &Plan, files: &[String]) -> Vec<String> {
             plan.total_us / 1e3,
             plan.target.name
         ),
-        format!("[INFO] Fused {ops} operators into {} kernels ({fused} fused operators).", plan.groups.len()),
+        format!(
+            "[INFO] Fused {ops} operators into {} kernels ({fused} of them fuse two or more operators; the others run one operator each).",
+            plan.groups.len()
+        ),
         format!("[INFO] Generated fused operator code: {}", files.join(", ")),
     ]
 }
@@ -102,11 +105,19 @@ pub fn report_md(g: &Graph, plan: &Plan, summary: &[String]) -> String {
     for l in summary {
         let _ = writeln!(s, "    {l}");
     }
+    // Only the rules that can form groups at this opt level (the others are enabled by name
+    // but start at a higher level).
+    let applies = |name: &String| {
+        crate::plan::Rule::ALL
+            .iter()
+            .any(|r| r.name() == name.as_str() && r.min_opt_level() <= plan.opt_level)
+    };
+    let active: Vec<&str> = plan.rules.iter().filter(|n| applies(n)).map(|n| n.as_str()).collect();
     let _ = writeln!(
         s,
-        "\nopt_level {}, rules: {}, target `{}`; dynamic dims estimated at {}.\n",
+        "\nopt_level {}, rules that apply at it: {}, target `{}`; dynamic dims estimated at {}.\n",
         plan.opt_level,
-        plan.rules.join(", "),
+        if active.is_empty() { "none".to_string() } else { active.join(", ") },
         plan.target.name,
         if plan.hints.is_empty() {
             "128".to_string()

@@ -113,56 +113,56 @@ fn seed_layer_plans_per_opt_level() {
     check_plan(
         1,
         expect![[r#"
-        k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
-        k1 [] q: matmul
-        k2 [] q: add
-        k3 [] k: matmul
-        k4 [] k: add
-        k5 [] v: matmul
-        k6 [] v: add
-        k7 [] scores: matmul
-        k8 [elementwise_chain,reduce_epilogue] scores: mul; p: reduce_max sub exp reduce_sum div
-        k9 [] a: matmul
-        k10 [] a: copy
-        k11 [] x1: matmul
-        k12 [elementwise_chain,reduce_epilogue,add_norm] x1: add add; h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
-        k13 [] f: matmul
-        k14 [elementwise_chain] f: add silu
-        k15 [] out: matmul
-        k16 [elementwise_chain] out: add add
-    "#]],
+            k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+            k1 [] q: matmul
+            k2 [] q: add
+            k3 [] k: matmul
+            k4 [] k: add
+            k5 [] v: matmul
+            k6 [] v: add
+            k7 [] scores: matmul
+            k8 [elementwise_chain,reduce_epilogue] scores: mul; p: reduce_max sub exp reduce_sum div
+            k9 [] a: matmul
+            k10 [] a: copy(a)
+            k11 [] x1: matmul
+            k12 [elementwise_chain,reduce_epilogue,add_norm] x1: add add; h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+            k13 [] f: matmul
+            k14 [elementwise_chain] f: add silu
+            k15 [] out: matmul
+            k16 [elementwise_chain] out: add add
+        "#]],
     );
     check_plan(
         3,
         expect![[r#"
-        k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
-        k1 [linear_epilogue] q: matmul add
-        k2 [linear_epilogue] k: matmul add
-        k3 [linear_epilogue] v: matmul add
-        k4 [flash_attention] scores: matmul mul; p: reduce_max sub exp reduce_sum div; a: matmul
-        k5 [] a: copy
-        k6 [elementwise_chain,linear_epilogue] x1: matmul add add
-        k7 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
-        k8 [elementwise_chain,linear_epilogue] f: matmul add silu
-        k9 [linear_epilogue] out: matmul add add
-    "#]],
+            k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+            k1 [linear_epilogue] q: matmul add
+            k2 [linear_epilogue] k: matmul add
+            k3 [linear_epilogue] v: matmul add
+            k4 [flash_attention] scores: matmul mul; p: reduce_max sub exp reduce_sum div; a: matmul
+            k5 [] a: copy(a)
+            k6 [elementwise_chain,linear_epilogue] x1: matmul add add
+            k7 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+            k8 [elementwise_chain,linear_epilogue] f: matmul add silu
+            k9 [linear_epilogue] out: matmul add add
+        "#]],
     );
     check_plan(
         2,
         expect![[r#"
-        k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
-        k1 [linear_epilogue] q: matmul add
-        k2 [linear_epilogue] k: matmul add
-        k3 [linear_epilogue] v: matmul add
-        k4 [linear_epilogue] scores: matmul mul
-        k5 [elementwise_chain,reduce_epilogue] p: reduce_max sub exp reduce_sum div
-        k6 [] a: matmul
-        k7 [] a: copy
-        k8 [elementwise_chain,linear_epilogue] x1: matmul add add
-        k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
-        k10 [elementwise_chain,linear_epilogue] f: matmul add silu
-        k11 [linear_epilogue] out: matmul add add
-    "#]],
+            k0 [elementwise_chain,reduce_epilogue] h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+            k1 [linear_epilogue] q: matmul add
+            k2 [linear_epilogue] k: matmul add
+            k3 [linear_epilogue] v: matmul add
+            k4 [linear_epilogue] scores: matmul mul
+            k5 [elementwise_chain,reduce_epilogue] p: reduce_max sub exp reduce_sum div
+            k6 [] a: matmul
+            k7 [] a: copy(a)
+            k8 [elementwise_chain,linear_epilogue] x1: matmul add add
+            k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+            k10 [elementwise_chain,linear_epilogue] f: matmul add silu
+            k11 [linear_epilogue] out: matmul add add
+        "#]],
     );
 }
 

@@ -733,8 +733,15 @@ pub fn bind_inputs(g: &Graph, inputs: &[&Tensor]) -> Result<Vec<i64>> {
                 msg: format!("parameter `{}`: {msg}", g.params[i]),
             })?;
             if want != t.shape()[d] as i64 {
-                let bound: Vec<String> =
-                    g.dyn_dims.iter().zip(&dims).map(|(n, v)| format!("{n} = {v}")).collect();
+                // Only the dims this parameter's shape uses: a weight's error is not about S.
+                let used: Vec<String> = n.shape.iter().flat_map(|d| d.symbols()).collect();
+                let bound: Vec<String> = g
+                    .dyn_dims
+                    .iter()
+                    .zip(&dims)
+                    .filter(|(n, _)| used.contains(n))
+                    .map(|(n, v)| format!("{n} = {v}"))
+                    .collect();
                 let expected = if bound.is_empty() {
                     shape_str(&n.shape)
                 } else {

@@ -81,16 +81,28 @@ pub fn layer_graphs() -> Vec<(String, syn::ItemFn, autofusion_compiler::front::O
 }
 
 /// The host profile the build calibrated for this package (benchmarks plan with it), or the
-/// default host figures with a note when there is none yet.
+/// default host figures with a note when there is none yet. The build script caches it under
+/// the target dir, wherever that is (`CARGO_TARGET_DIR`, `--target-dir`): found from this
+/// executable's path (`<target>/<profile>/deps/<exe>`), then from the environment.
 pub fn calibrated_host() -> autofusion_compiler::target::Target {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    autofusion_compiler::target::cached_host_profile(&dir).unwrap_or_else(|| {
-        eprintln!(
-            "note: no calibrated profile under {} (build the crate first); using host defaults",
-            dir.display()
-        );
-        autofusion_compiler::target::Target::host()
-    })
+    let mut dirs: Vec<std::path::PathBuf> = Vec::new();
+    if let Ok(exe) = std::env::current_exe() {
+        dirs.extend(exe.ancestors().skip(1).take(4).map(|p| p.to_path_buf()));
+    }
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        dirs.push(t.into());
+    }
+    dirs.push(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    for dir in &dirs {
+        if let Some(t) = autofusion_compiler::target::cached_host_profile(dir) {
+            return t;
+        }
+    }
+    eprintln!(
+        "note: no calibrated profile under {} (build the crate first); using host defaults",
+        dirs.last().unwrap().display()
+    );
+    autofusion_compiler::target::Target::host()
 }
 
 /// The compiler's twelve random layer-like graphs, each at opt_level 2 and 3:

@@ -315,7 +315,16 @@ pub fn describe(g: &Graph, grp: &Group) -> String {
         if !by_name.contains_key(&key) {
             order.push(key.clone());
         }
-        by_name.entry(key).or_default().push(node.op.name());
+        // A copy is named by what it materialises (copies of several views in one statement
+        // would otherwise all read `x: copy`).
+        let what = match node.op {
+            Op::Copy => {
+                let base = crate::layout::resolve(g, node.inputs[0]).base;
+                format!("copy({})", g.node(base).name)
+            }
+            _ => node.op.name(),
+        };
+        by_name.entry(key).or_default().push(what);
     }
     order.iter().map(|k| format!("{k}: {}", by_name[k].join(" "))).collect::<Vec<_>>().join("; ")
 }
