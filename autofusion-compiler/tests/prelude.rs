@@ -75,6 +75,18 @@ static uint32_t sample_float(uint32_t i) {
     return (hi << 13) | (k == 7 ? (hi * 2654435761u) & 0x1fffu : low[k]);
 }
 #define N_SAMPLE (1u << 22)
+/* af_round_f16 against the round trip through the encoding, bit for bit (NaN: a NaN). */
+static int check_round_f16(void) {
+    long bad = 0;
+    for (uint32_t i = 0; i < N_SAMPLE; ++i) {
+        const float x = af_bits_f32(sample_float(i)), r = af_round_f16(x), t = af_h2f(af_f2h(x));
+        if ((x != x) ? (r == r) : (af_f32_bits(r) != af_f32_bits(t))) {
+            if (bad++ < 10) printf("round_f16(%08x) = %08x, round trip %08x\n", sample_float(i), af_f32_bits(r), af_f32_bits(t));
+        }
+    }
+    printf("af_round_f16 against the round trip: %s\n", bad ? "FAILED" : "ok");
+    return bad != 0;
+}
 #ifdef AF_HAVE_X86
 __attribute__((target("f16c"))) static uint32_t hw_h2f(uint16_t h) { return af_f32_bits(_cvtsh_ss(h)); }
 __attribute__((target("f16c"))) static uint16_t hw_f2h(float x) { return (uint16_t)_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); }
@@ -110,6 +122,7 @@ static int dump_conversions(const char *path) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "dump")) return dump_conversions(argv[2]);
     int bad = check_exp();
+    bad += check_round_f16();
     bad += check_uk("portable", af_uk_portable, 4, 16);
 #ifdef AF_HAVE_X86
     __builtin_cpu_init();
@@ -177,6 +190,7 @@ fn micro_kernels_and_exp_are_exact_on_every_tail() {
     let text = run("plain", &[]).unwrap();
     assert!(text.contains("portable 4x16: ok"), "{text}");
     assert!(text.contains("af_expf: worst relative error"), "{text}");
+    assert!(text.contains("af_round_f16 against the round trip: ok"), "{text}");
     assert!(
         text.contains("f16 conversions against F16C: ok") || text.contains("f16c: not on this CPU"),
         "{text}"
@@ -205,7 +219,7 @@ fn micro_kernels_under_address_and_undefined_sanitizers() {
 #[test]
 fn half_conversions_match_the_half_crate_bit_for_bit() {
     use half::{bf16, f16};
-    let exe = build("plain", &[]).unwrap();
+    let exe = build("dump", &[]).unwrap(); // a folder of its own: tests run in parallel
     let file = exe.with_file_name("conversions.bin");
     let st = Command::new(&exe).arg("dump").arg(&file).status().unwrap();
     assert!(st.success());

@@ -48,7 +48,21 @@ static inline uint16_t af_f2bf(float x) {
     const uint32_t f = af_f32_bits(x), rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
     return (uint16_t)((f & 0x7fffffffu) > 0x7f800000u ? (f >> 16) | 0x40u : rounded);
 }
-static inline float af_round_f16(float x) { return af_h2f(af_f2h(x)); }
+/* x rounded to the nearest f16 value, as af_h2f(af_f2h(x)) but without leaving floats (every
+ * op of an f16 layer rounds its result, so this is the hot path): adding 2^(e+15) to 4|x|
+ * (x ~ 2^e, exponent clamped at f16's smallest normal) leaves 11 significant bits, which the
+ * FPU rounds to nearest even; subtracting it again is exact. From 65520 (the tie between
+ * 65504 and 2^16) on the result is inf, as the f16 encoding overflows. Equal to the round trip bit for bit except NaN payloads. */
+static inline float af_round_f16(float x) {
+    const uint32_t w = af_f32_bits(x), two_w = w + w, sign = w & 0x80000000u;
+    const float ax = x < 0.0f ? -x : x, a = ax * 4.0f;
+    uint32_t bias = two_w & 0xFF000000u;
+    bias = bias < 0x71000000u ? 0x71000000u : bias;
+    const float magic = af_bits_f32((bias >> 1) + 0x07800000u);
+    float r = ((magic + a) - magic) * 0.25f;
+    r = ax >= 65520.0f ? INFINITY : r; /* 65520 is the tie between 65504 and 2^16: to inf */
+    return x != x ? x : af_bits_f32(af_f32_bits(r) | sign);
+}
 static inline float af_round_bf16(float x) { return af_bf2f(af_f2bf(x)); }
 /* exp(x) without a library call, branch-free so loops over it vectorise: x = n ln2 + r with
  * |r| <= ln2/2, exp(r) by a degree-6 polynomial (Cephes expf coefficients, about 1 ulp),
