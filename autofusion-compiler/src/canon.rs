@@ -144,128 +144,150 @@ pub fn canonicalize(g: &Graph) -> Graph {
         b.name = n.name.clone();
         b.line = n.line;
         let ins: Vec<NodeId> = n.inputs.iter().map(|i| map[i.idx()]).collect();
-        let id = match &n.op {
-            Op::Const { value } => b.konst(*value, n.dtype),
-            Op::LayerNorm { eps } => {
-                let (x, gm, bt) = (ins[0], ins[1], ins[2]);
-                let r = b.rank(x);
-                let mean = b.add(
-                    Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 },
-                    vec![x],
-                    None,
-                    "mean",
-                );
-                let xc = b.bin(BinaryOp::Sub, x, mean, "center");
-                let sq = b.bin(BinaryOp::Mul, xc, xc, "sq");
-                let var = b.add(
-                    Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 },
-                    vec![sq],
-                    None,
-                    "var",
-                );
-                let e = b.konst(*eps, n.dtype);
-                let ve = b.bin(BinaryOp::Add, var, e, "var_eps");
-                let rstd = b.un(UnaryOp::Rsqrt, ve, "rstd");
-                // The apply re-centres x on its own, so it can move into a matmul prologue
-                // without keeping the centred tensor alive.
-                let xc2 = b.bin(BinaryOp::Sub, x, mean, "apply_center");
-                let xn = b.bin(BinaryOp::Mul, xc2, rstd, "normed");
-                let sc = b.bin(BinaryOp::Mul, xn, gm, "scaled");
-                b.bin(BinaryOp::Add, sc, bt, "")
-            }
-            Op::RmsNorm { eps } => {
-                let (x, gm) = (ins[0], ins[1]);
-                let r = b.rank(x);
-                let sq = b.bin(BinaryOp::Mul, x, x, "sq");
-                let ms =
-                    b.add(Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 }, vec![sq], None, "ms");
-                let e = b.konst(*eps, n.dtype);
-                let me = b.bin(BinaryOp::Add, ms, e, "ms_eps");
-                let rr = b.un(UnaryOp::Rsqrt, me, "rrms");
-                let xn = b.bin(BinaryOp::Mul, x, rr, "normed");
-                b.bin(BinaryOp::Mul, xn, gm, "")
-            }
-            Op::Softmax { axis } => {
-                let r = b.rank(ins[0]);
-                if axis + 1 == r {
-                    b.softmax_last(ins[0], "")
-                } else {
-                    let t = b.swap_last(ins[0], *axis, "t");
-                    let t = b.materialize_if_view(t);
-                    let s = b.softmax_last(t, "");
-                    b.swap_last(s, *axis, "back")
-                }
-            }
-            Op::Reduce { kind, axis } => b.reduce(*kind, ins[0], *axis, ""),
-            Op::Linear => {
-                let mm = b.add(Op::MatMul, vec![ins[0], ins[1]], None, "mm");
-                b.bin(BinaryOp::Add, mm, ins[2], "")
-            }
-            Op::Attention { scale, causal, mask } => {
-                let (q, k, v) = (ins[0], ins[1], ins[2]);
-                let r = b.rank(k);
-                let mut perm: Vec<usize> = (0..r).collect();
-                perm.swap(r - 2, r - 1);
-                let kt = b.add(Op::Transpose { perm }, vec![k], None, "k_t");
-                let s = b.add(Op::MatMul, vec![q, kt], None, "scores");
-                let sc = b.konst(*scale, n.dtype);
-                let mut s = b.bin(BinaryOp::Mul, s, sc, "scaled");
-                if *mask {
-                    s = b.bin(BinaryOp::Add, s, ins[3], "masked");
-                }
-                if *causal {
-                    s = b.add(Op::CausalMask, vec![s], None, "causal");
-                }
-                let p = b.softmax_last(s, "probs.");
-                b.add(Op::MatMul, vec![p, v], None, "")
-            }
-            Op::Rope => {
-                let (x, cos, sin) = (ins[0], ins[1], ins[2]);
-                let r = b.rank(x);
-                let d = b.nodes[x.idx()].shape[r - 1].clone();
-                let h = d.div_const(2).unwrap();
-                let x1 = b.add(
-                    Op::Slice { axis: r - 1, start: DimExpr::constant(0), end: h.clone() },
-                    vec![x],
-                    None,
-                    "x1",
-                );
-                let x2 = b.add(Op::Slice { axis: r - 1, start: h, end: d }, vec![x], None, "x2");
-                let nx2 = b.un(UnaryOp::Neg, x2, "neg_x2");
-                let rot = b.add(Op::Concat { axis: r - 1 }, vec![nx2, x1], None, "rotated");
-                let a = b.bin(BinaryOp::Mul, x, cos, "cos");
-                let c = b.bin(BinaryOp::Mul, rot, sin, "sin");
-                b.bin(BinaryOp::Add, a, c, "")
-            }
-            Op::Reshape if !contiguous(&b.nodes, ins[0]) => {
-                let c = b.add(Op::Copy, vec![ins[0]], None, "contig");
-                let target = n.shape.clone();
-                b.add(Op::Reshape, vec![c], Some((n.dtype, &target)), "")
-            }
-            op => {
-                let tgt = (n.dtype, &n.shape);
-                b.add(op.clone(), ins, Some(tgt), "")
-            }
-        };
+        let id = b.expand(n, ins);
         map.push(id);
     }
-    // Outputs are written by kernels: materialise views, parameters, constants and repeats.
-    let mut outputs = Vec::new();
-    for o in &g.outputs {
-        let mut id = map[o.idx()];
-        let n = &b.nodes[id.idx()];
-        if n.op.is_view()
-            || matches!(n.op, Op::Param { .. } | Op::Const { .. })
-            || outputs.contains(&id)
-        {
-            b.name = format!("{}.out", n.name);
-            id = b.add(Op::Copy, vec![id], None, "");
-        }
-        outputs.push(id);
-    }
+    let outputs = b.materialize_outputs(&g.outputs, &map);
     let out = checked("expand", Graph { nodes: b.nodes, outputs, ..g.clone() });
     let out = checked("cse", cse(&out));
     checked("dce", dce(&out))
+}
+
+impl B {
+    /// Add node `n` (its inputs already mapped to `ins`), expanding sugar into primitives.
+    fn expand(&mut self, n: &Node, ins: Vec<NodeId>) -> NodeId {
+        match &n.op {
+            Op::Const { value } => self.konst(*value, n.dtype),
+            Op::LayerNorm { eps } => self.layer_norm(ins[0], ins[1], ins[2], *eps, n.dtype),
+            Op::RmsNorm { eps } => self.rms_norm(ins[0], ins[1], *eps, n.dtype),
+            Op::Softmax { axis } => {
+                let r = self.rank(ins[0]);
+                if axis + 1 == r {
+                    self.softmax_last(ins[0], "")
+                } else {
+                    let t = self.swap_last(ins[0], *axis, "t");
+                    let t = self.materialize_if_view(t);
+                    let s = self.softmax_last(t, "");
+                    self.swap_last(s, *axis, "back")
+                }
+            }
+            Op::Reduce { kind, axis } => self.reduce(*kind, ins[0], *axis, ""),
+            Op::Linear => {
+                let mm = self.add(Op::MatMul, vec![ins[0], ins[1]], None, "mm");
+                self.bin(BinaryOp::Add, mm, ins[2], "")
+            }
+            Op::Attention { scale, causal, mask } => {
+                self.attention(&ins, *scale, *causal, *mask, n.dtype)
+            }
+            Op::Rope => self.rope(ins[0], ins[1], ins[2]),
+            Op::Reshape if !contiguous(&self.nodes, ins[0]) => {
+                let c = self.add(Op::Copy, vec![ins[0]], None, "contig");
+                let target = n.shape.clone();
+                self.add(Op::Reshape, vec![c], Some((n.dtype, &target)), "")
+            }
+            op => {
+                let tgt = (n.dtype, &n.shape);
+                self.add(op.clone(), ins, Some(tgt), "")
+            }
+        }
+    }
+
+    /// `layer_norm(x, gm, bt, eps)` as mean and variance rows, then the apply.
+    fn layer_norm(&mut self, x: NodeId, gm: NodeId, bt: NodeId, eps: f64, dtype: DType) -> NodeId {
+        let r = self.rank(x);
+        let mean =
+            self.add(Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 }, vec![x], None, "mean");
+        let xc = self.bin(BinaryOp::Sub, x, mean, "center");
+        let sq = self.bin(BinaryOp::Mul, xc, xc, "sq");
+        let var =
+            self.add(Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 }, vec![sq], None, "var");
+        let e = self.konst(eps, dtype);
+        let ve = self.bin(BinaryOp::Add, var, e, "var_eps");
+        let rstd = self.un(UnaryOp::Rsqrt, ve, "rstd");
+        // The apply re-centres x on its own, so it can move into a matmul prologue
+        // without keeping the centred tensor alive.
+        let xc2 = self.bin(BinaryOp::Sub, x, mean, "apply_center");
+        let xn = self.bin(BinaryOp::Mul, xc2, rstd, "normed");
+        let sc = self.bin(BinaryOp::Mul, xn, gm, "scaled");
+        self.bin(BinaryOp::Add, sc, bt, "")
+    }
+
+    /// `rms_norm(x, gm, eps)` as a mean-square row, then the apply.
+    fn rms_norm(&mut self, x: NodeId, gm: NodeId, eps: f64, dtype: DType) -> NodeId {
+        let r = self.rank(x);
+        let sq = self.bin(BinaryOp::Mul, x, x, "sq");
+        let ms = self.add(Op::Reduce { kind: ReduceKind::Mean, axis: r - 1 }, vec![sq], None, "ms");
+        let e = self.konst(eps, dtype);
+        let me = self.bin(BinaryOp::Add, ms, e, "ms_eps");
+        let rr = self.un(UnaryOp::Rsqrt, me, "rrms");
+        let xn = self.bin(BinaryOp::Mul, x, rr, "normed");
+        self.bin(BinaryOp::Mul, xn, gm, "")
+    }
+
+    /// `attention(q, k, v, scale, causal | mask)` as scores, mask, softmax and the product with v.
+    fn attention(
+        &mut self,
+        ins: &[NodeId],
+        scale: f64,
+        causal: bool,
+        mask: bool,
+        dtype: DType,
+    ) -> NodeId {
+        let (q, k, v) = (ins[0], ins[1], ins[2]);
+        let r = self.rank(k);
+        let mut perm: Vec<usize> = (0..r).collect();
+        perm.swap(r - 2, r - 1);
+        let kt = self.add(Op::Transpose { perm }, vec![k], None, "k_t");
+        let s = self.add(Op::MatMul, vec![q, kt], None, "scores");
+        let sc = self.konst(scale, dtype);
+        let mut s = self.bin(BinaryOp::Mul, s, sc, "scaled");
+        if mask {
+            s = self.bin(BinaryOp::Add, s, ins[3], "masked");
+        }
+        if causal {
+            s = self.add(Op::CausalMask, vec![s], None, "causal");
+        }
+        let p = self.softmax_last(s, "probs.");
+        self.add(Op::MatMul, vec![p, v], None, "")
+    }
+
+    /// `rope(x, cos, sin)` as `x * cos + rotate_half(x) * sin`, the halves sliced and concatenated.
+    fn rope(&mut self, x: NodeId, cos: NodeId, sin: NodeId) -> NodeId {
+        let r = self.rank(x);
+        let d = self.nodes[x.idx()].shape[r - 1].clone();
+        let h = d.div_const(2).unwrap();
+        let x1 = self.add(
+            Op::Slice { axis: r - 1, start: DimExpr::constant(0), end: h.clone() },
+            vec![x],
+            None,
+            "x1",
+        );
+        let x2 = self.add(Op::Slice { axis: r - 1, start: h, end: d }, vec![x], None, "x2");
+        let nx2 = self.un(UnaryOp::Neg, x2, "neg_x2");
+        let rot = self.add(Op::Concat { axis: r - 1 }, vec![nx2, x1], None, "rotated");
+        let a = self.bin(BinaryOp::Mul, x, cos, "cos");
+        let c = self.bin(BinaryOp::Mul, rot, sin, "sin");
+        self.bin(BinaryOp::Add, a, c, "")
+    }
+
+    /// The new ids of `outputs` (old ids, through `map`), each written by a kernel.
+    fn materialize_outputs(&mut self, outputs: &[NodeId], map: &[NodeId]) -> Vec<NodeId> {
+        // Outputs are written by kernels: materialise views, parameters, constants and repeats.
+        let mut out = Vec::new();
+        for o in outputs {
+            let mut id = map[o.idx()];
+            let n = &self.nodes[id.idx()];
+            if n.op.is_view()
+                || matches!(n.op, Op::Param { .. } | Op::Const { .. })
+                || out.contains(&id)
+            {
+                self.name = format!("{}.out", n.name);
+                id = self.add(Op::Copy, vec![id], None, "");
+            }
+            out.push(id);
+        }
+        out
+    }
 }
 
 /// Common-subexpression elimination over structurally equal nodes (params never merge).
@@ -276,7 +298,7 @@ pub fn cse(g: &Graph) -> Graph {
     for n in &g.nodes {
         let ins: Vec<NodeId> = n.inputs.iter().map(|i| map[i.idx()]).collect();
         let key = format!("{:?}|{:?}|{:?}|{:?}", n.op, ins, n.dtype, n.shape);
-        // The two centrings of a norm are kept apart on purpose (see canonicalize).
+        // The two centrings of a norm are kept apart on purpose (see `B::layer_norm`).
         let keep_apart = n.name.ends_with(".apply_center");
         if !matches!(n.op, Op::Param { .. }) && !keep_apart {
             if let Some(&id) = seen.get(&key) {

@@ -88,119 +88,20 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
         let mut out = match &n.op {
             Op::Param { index } => Arr { shape: shape.clone(), data: inputs[*index].to_f32_vec() },
             Op::Const { value } => Arr { shape: vec![], data: vec![*value as f32] },
-            Op::Unary(u) => elementwise(&shape, &ins, |v, _| unary(*u, v[0])),
-            Op::Binary(b) => elementwise(&shape, &ins, |v, _| binary(*b, v[0], v[1])),
-            Op::Cast | Op::Copy => elementwise(&shape, &ins, |v, _| v[0]),
-            Op::CausalMask => {
-                let r = shape.len();
-                let shift = shape[r - 1] as i64 - shape[r - 2] as i64;
-                elementwise(&shape, &ins, |v, idx| {
-                    if idx[r - 1] as i64 > idx[r - 2] as i64 + shift {
-                        f32::NEG_INFINITY
-                    } else {
-                        v[0]
-                    }
-                })
+            Op::Unary(_) | Op::Binary(_) | Op::Cast | Op::Copy | Op::CausalMask => {
+                pointwise(&n.op, &shape, &ins)
             }
-            Op::Reduce { kind, axis } => {
-                let a = ins[0];
-                let st = strides(&a.shape);
-                let ext = a.shape[*axis];
-                let mut data = Vec::with_capacity(shape.iter().product());
-                for_each_index(&shape, |idx| {
-                    let base: usize = idx.iter().zip(&st).map(|(i, s)| i * s).sum();
-                    let it = (0..ext).map(|k| a.data[base + k * st[*axis]]);
-                    data.push(match kind {
-                        ReduceKind::Sum => it.sum(),
-                        ReduceKind::Mean => it.sum::<f32>() / ext as f32,
-                        ReduceKind::Max => it.fold(f32::NEG_INFINITY, f32::max),
-                    });
-                });
-                Arr { shape: shape.clone(), data }
-            }
-            Op::MatMul => {
-                let (a, b) = (ins[0], ins[1]);
-                let r = shape.len();
-                let (m, nn) = (shape[r - 2], shape[r - 1]);
-                let k = a.shape[a.shape.len() - 1];
-                let batch = &shape[..r - 2];
-                let (sa, sb) = (strides(&a.shape), strides(&b.shape));
-                let mut data = vec![0f32; shape.iter().product()];
-                let mut bi = 0;
-                for_each_index(batch, |bidx| {
-                    let mut ia = bidx.to_vec();
-                    ia.extend([0, 0]);
-                    let a0 = bcast_index(a, &sa, &ia);
-                    let b0 = bcast_index(b, &sb, &ia);
-                    let (ars, acs) = (sa[sa.len() - 2], sa[sa.len() - 1]);
-                    let (brs, bcs) = (sb[sb.len() - 2], sb[sb.len() - 1]);
-                    for i in 0..m {
-                        for j in 0..nn {
-                            let mut acc = 0f64;
-                            for p in 0..k {
-                                acc += a.data[a0 + i * ars + p * acs] as f64
-                                    * b.data[b0 + p * brs + j * bcs] as f64;
-                            }
-                            data[(bi * m + i) * nn + j] = acc as f32;
-                        }
-                    }
-                    bi += 1;
-                });
-                Arr { shape: shape.clone(), data }
-            }
+            Op::Reduce { kind, axis } => reduce(*kind, *axis, ins[0], &shape),
+            Op::MatMul => matmul(ins[0], ins[1], &shape),
             Op::Reshape => Arr { shape: shape.clone(), data: ins[0].data.clone() },
-            Op::Transpose { perm } => {
-                let a = ins[0];
-                let st = strides(&a.shape);
-                let mut data = Vec::with_capacity(a.data.len());
-                for_each_index(&shape, |idx| {
-                    data.push(
-                        a.data[idx.iter().enumerate().map(|(d, i)| i * st[perm[d]]).sum::<usize>()],
-                    );
-                });
-                Arr { shape: shape.clone(), data }
-            }
+            Op::Transpose { perm } => transpose(ins[0], perm, &shape),
             Op::Slice { axis, start, .. } => {
-                let a = ins[0];
                 let s0 =
                     start.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })?
                         as usize;
-                let st = strides(&a.shape);
-                let mut data = Vec::with_capacity(shape.iter().product());
-                for_each_index(&shape, |idx| {
-                    data.push(
-                        a.data[idx
-                            .iter()
-                            .enumerate()
-                            .map(|(d, i)| (if d == *axis { i + s0 } else { *i }) * st[d])
-                            .sum::<usize>()],
-                    );
-                });
-                Arr { shape: shape.clone(), data }
+                slice(ins[0], *axis, s0, &shape)
             }
-            Op::Concat { axis } => {
-                let mut data = Vec::with_capacity(shape.iter().product());
-                let starts: Vec<usize> = ins
-                    .iter()
-                    .scan(0, |acc, a| {
-                        let s = *acc;
-                        *acc += a.shape[*axis];
-                        Some(s)
-                    })
-                    .collect();
-                for_each_index(&shape, |idx| {
-                    let j = starts.iter().rposition(|s| *s <= idx[*axis]).unwrap();
-                    let a = ins[j];
-                    let st = strides(&a.shape);
-                    let off: usize = idx
-                        .iter()
-                        .enumerate()
-                        .map(|(d, i)| (if d == *axis { i - starts[j] } else { *i }) * st[d])
-                        .sum();
-                    data.push(a.data[off]);
-                });
-                Arr { shape: shape.clone(), data }
-            }
+            Op::Concat { axis } => concat(&ins, *axis, &shape),
             op => {
                 return Err(Error::Module {
                     symbol: g.name.clone(),
@@ -221,4 +122,124 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
             Tensor::from_f32_as(&a.shape, &a.data, g.node(*o).dtype)
         })
         .collect()
+}
+
+/// Elementwise ops (unary, binary, cast, copy, causal mask) at output `shape`, broadcasting `ins`.
+fn pointwise(op: &Op, shape: &[usize], ins: &[&Arr]) -> Arr {
+    match op {
+        Op::Unary(u) => elementwise(shape, ins, |v, _| unary(*u, v[0])),
+        Op::Binary(b) => elementwise(shape, ins, |v, _| binary(*b, v[0], v[1])),
+        Op::Cast | Op::Copy => elementwise(shape, ins, |v, _| v[0]),
+        Op::CausalMask => {
+            let r = shape.len();
+            let shift = shape[r - 1] as i64 - shape[r - 2] as i64;
+            elementwise(shape, ins, |v, idx| {
+                if idx[r - 1] as i64 > idx[r - 2] as i64 + shift {
+                    f32::NEG_INFINITY
+                } else {
+                    v[0]
+                }
+            })
+        }
+        op => unreachable!("`{}` is not pointwise", op.name()),
+    }
+}
+
+/// Reduction of `a` over `axis` (kept, of extent 1 in `shape`).
+fn reduce(kind: ReduceKind, axis: usize, a: &Arr, shape: &[usize]) -> Arr {
+    let st = strides(&a.shape);
+    let ext = a.shape[axis];
+    let mut data = Vec::with_capacity(shape.iter().product());
+    for_each_index(shape, |idx| {
+        let base: usize = idx.iter().zip(&st).map(|(i, s)| i * s).sum();
+        let it = (0..ext).map(|k| a.data[base + k * st[axis]]);
+        data.push(match kind {
+            ReduceKind::Sum => it.sum(),
+            ReduceKind::Mean => it.sum::<f32>() / ext as f32,
+            ReduceKind::Max => it.fold(f32::NEG_INFINITY, f32::max),
+        });
+    });
+    Arr { shape: shape.to_vec(), data }
+}
+
+/// Batched `a @ b` (batch dims broadcast), accumulated in f64.
+fn matmul(a: &Arr, b: &Arr, shape: &[usize]) -> Arr {
+    let r = shape.len();
+    let (m, nn) = (shape[r - 2], shape[r - 1]);
+    let k = a.shape[a.shape.len() - 1];
+    let batch = &shape[..r - 2];
+    let (sa, sb) = (strides(&a.shape), strides(&b.shape));
+    let mut data = vec![0f32; shape.iter().product()];
+    let mut bi = 0;
+    for_each_index(batch, |bidx| {
+        let mut ia = bidx.to_vec();
+        ia.extend([0, 0]);
+        let a0 = bcast_index(a, &sa, &ia);
+        let b0 = bcast_index(b, &sb, &ia);
+        let (ars, acs) = (sa[sa.len() - 2], sa[sa.len() - 1]);
+        let (brs, bcs) = (sb[sb.len() - 2], sb[sb.len() - 1]);
+        for i in 0..m {
+            for j in 0..nn {
+                let mut acc = 0f64;
+                for p in 0..k {
+                    acc += a.data[a0 + i * ars + p * acs] as f64
+                        * b.data[b0 + p * brs + j * bcs] as f64;
+                }
+                data[(bi * m + i) * nn + j] = acc as f32;
+            }
+        }
+        bi += 1;
+    });
+    Arr { shape: shape.to_vec(), data }
+}
+
+/// `a` with its axes permuted: output axis `d` is input axis `perm[d]`.
+fn transpose(a: &Arr, perm: &[usize], shape: &[usize]) -> Arr {
+    let st = strides(&a.shape);
+    let mut data = Vec::with_capacity(a.data.len());
+    for_each_index(shape, |idx| {
+        data.push(a.data[idx.iter().enumerate().map(|(d, i)| i * st[perm[d]]).sum::<usize>()]);
+    });
+    Arr { shape: shape.to_vec(), data }
+}
+
+/// The part of `a` starting at `s0` along `axis` (its extent given by `shape`).
+fn slice(a: &Arr, axis: usize, s0: usize, shape: &[usize]) -> Arr {
+    let st = strides(&a.shape);
+    let mut data = Vec::with_capacity(shape.iter().product());
+    for_each_index(shape, |idx| {
+        data.push(
+            a.data[idx
+                .iter()
+                .enumerate()
+                .map(|(d, i)| (if d == axis { i + s0 } else { *i }) * st[d])
+                .sum::<usize>()],
+        );
+    });
+    Arr { shape: shape.to_vec(), data }
+}
+
+/// `ins` concatenated along `axis`.
+fn concat(ins: &[&Arr], axis: usize, shape: &[usize]) -> Arr {
+    let mut data = Vec::with_capacity(shape.iter().product());
+    let starts: Vec<usize> = ins
+        .iter()
+        .scan(0, |acc, a| {
+            let s = *acc;
+            *acc += a.shape[axis];
+            Some(s)
+        })
+        .collect();
+    for_each_index(shape, |idx| {
+        let j = starts.iter().rposition(|s| *s <= idx[axis]).unwrap();
+        let a = ins[j];
+        let st = strides(&a.shape);
+        let off: usize = idx
+            .iter()
+            .enumerate()
+            .map(|(d, i)| (if d == axis { i - starts[j] } else { *i }) * st[d])
+            .sum();
+        data.push(a.data[off]);
+    });
+    Arr { shape: shape.to_vec(), data }
 }
