@@ -634,6 +634,17 @@ impl<'a> Lower<'a> {
 
     /// Layout ops: views (`reshape`, `transpose`, `slice`, `split`, `split_heads`, `merge_heads`) and `concat`.
     fn call_layout(&mut self, k: &Call) -> Option<Val> {
+        match k.name.as_str() {
+            "reshape" | "transpose" => self.call_reshape_transpose(k),
+            "slice" | "split" => self.call_slice_split(k),
+            "concat" => self.call_concat(k),
+            "split_heads" | "merge_heads" => self.call_heads(k),
+            name => unreachable!("`{name}` is dispatched to call_layout by `call`"),
+        }
+    }
+
+    /// `reshape` to a list of dims and `transpose` of two axes.
+    fn call_reshape_transpose(&mut self, k: &Call) -> Option<Val> {
         let (name, args, spans, whole) = (&k.name, &k.args, &k.spans, k.whole);
         let arity = |this: &mut Self, want: &str, ok: bool| k.arity(this, want, ok);
         let tensors = |this: &mut Self, idx: &[usize]| k.tensors(this, idx);
@@ -668,6 +679,16 @@ impl<'a> Lower<'a> {
                 perm.swap(a, b);
                 self.emit(Op::Transpose { perm }, vec![t], spans, whole, None).map(Val::T)
             }
+            _ => unreachable!("`{name}` is dispatched to call_reshape_transpose by `call_layout`"),
+        }
+    }
+
+    /// `slice` of one axis and `split` into equal parts (a tuple of slices).
+    fn call_slice_split(&mut self, k: &Call) -> Option<Val> {
+        let (name, args, spans, whole) = (&k.name, &k.args, &k.spans, k.whole);
+        let arity = |this: &mut Self, want: &str, ok: bool| k.arity(this, want, ok);
+        let tensors = |this: &mut Self, idx: &[usize]| k.tensors(this, idx);
+        match name.as_str() {
             "slice" => {
                 if !arity(self, "4 arguments (x, axis, start, end)", args.len() == 4) {
                     return None;
@@ -730,29 +751,42 @@ impl<'a> Lower<'a> {
                 }
                 Some(Val::Tuple(outs))
             }
-            "concat" => {
-                if !arity(self, "2 arguments ([a, b, ...], axis)", args.len() == 2) {
-                    return None;
-                }
-                let Expr::Array(arr) = args[0] else {
-                    self.diags
-                        .push(Diag::new(spans[0], "expected a list of tensors like `[a, b]`"));
-                    return None;
-                };
-                let mut ts = Vec::new();
-                let mut sp = Vec::new();
-                for el in &arr.elems {
-                    let v = self.expr(el)?;
-                    ts.push(self.tensor(v, el.span(), "a concat operand")?);
-                    sp.push(el.span());
-                }
-                if ts.is_empty() {
-                    self.diags.push(Diag::new(spans[0], "concat needs at least one tensor"));
-                    return None;
-                }
-                let axis = self.axis(args[1], self.ty(ts[0]).0.len())?;
-                self.emit(Op::Concat { axis }, ts, &sp, whole, None).map(Val::T)
-            }
+            _ => unreachable!("`{name}` is dispatched to call_slice_split by `call_layout`"),
+        }
+    }
+
+    /// `concat` of a list of tensors along an axis.
+    fn call_concat(&mut self, k: &Call) -> Option<Val> {
+        let (args, spans, whole) = (&k.args, &k.spans, k.whole);
+        let arity = |this: &mut Self, want: &str, ok: bool| k.arity(this, want, ok);
+        if !arity(self, "2 arguments ([a, b, ...], axis)", args.len() == 2) {
+            return None;
+        }
+        let Expr::Array(arr) = args[0] else {
+            self.diags.push(Diag::new(spans[0], "expected a list of tensors like `[a, b]`"));
+            return None;
+        };
+        let mut ts = Vec::new();
+        let mut sp = Vec::new();
+        for el in &arr.elems {
+            let v = self.expr(el)?;
+            ts.push(self.tensor(v, el.span(), "a concat operand")?);
+            sp.push(el.span());
+        }
+        if ts.is_empty() {
+            self.diags.push(Diag::new(spans[0], "concat needs at least one tensor"));
+            return None;
+        }
+        let axis = self.axis(args[1], self.ty(ts[0]).0.len())?;
+        self.emit(Op::Concat { axis }, ts, &sp, whole, None).map(Val::T)
+    }
+
+    /// `split_heads` ([.., S, D] to [.., H, S, D / H]) and its inverse `merge_heads`.
+    fn call_heads(&mut self, k: &Call) -> Option<Val> {
+        let (name, args, spans, whole) = (&k.name, &k.args, &k.spans, k.whole);
+        let arity = |this: &mut Self, want: &str, ok: bool| k.arity(this, want, ok);
+        let tensors = |this: &mut Self, idx: &[usize]| k.tensors(this, idx);
+        match name.as_str() {
             "split_heads" => {
                 if !arity(self, "2 arguments (x, heads)", args.len() == 2) {
                     return None;
@@ -811,7 +845,7 @@ impl<'a> Lower<'a> {
                 to.push(s[r - 3].mul(&s[r - 1]));
                 self.emit(Op::Reshape, vec![x], spans, whole, Some((d, &to))).map(Val::T)
             }
-            _ => unreachable!("`{name}` is dispatched to call_layout by `call`"),
+            _ => unreachable!("`{name}` is dispatched to call_heads by `call_layout`"),
         }
     }
 
@@ -1128,167 +1162,11 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         consts: BTreeMap::new(),
         cur_name: String::new(),
     };
-    if let Some(a) = &f.sig.asyncness {
-        lw.diags.push(Diag::new(a.span(), "a fused graph cannot be `async`"));
-    }
-    if !f.sig.generics.params.is_empty() {
-        lw.diags.push(Diag::new(
-            f.sig.generics.span(),
-            "a fused graph cannot be generic; dynamic dims are free names in shapes",
-        ));
-    }
-    let mut params = Vec::new();
-    let mut names: Vec<String> = Vec::new();
-    for (i, arg) in f.sig.inputs.iter().enumerate() {
-        let syn::FnArg::Typed(pt) = arg else {
-            lw.diags.push(Diag::new(arg.span(), "a fused graph takes no `self`"));
-            continue;
-        };
-        let Pat::Ident(pi) = &*pt.pat else {
-            lw.diags.push(Diag::new(pt.pat.span(), "expected a parameter name"));
-            continue;
-        };
-        let name = pi.ident.to_string();
-        if names.contains(&name) {
-            lw.diags.push(
-                Diag::new(pi.ident.span(), format!("duplicate parameter `{name}`"))
-                    .help("each parameter needs its own name"),
-            );
-            continue;
-        }
-        names.push(name.clone());
-        if let Some((dtype, shape)) = lw.tensor_type(&pt.ty, true) {
-            lw.cur_name = name.clone();
-            let id = lw.push(Op::Param { index: i }, vec![], dtype, shape.clone(), pi.ident.span());
-            lw.env.insert(name.clone(), Val::T(id));
-            params.push((name, dtype, shape));
-        } else {
-            lw.env.insert(name.clone(), Val::Poison);
-        }
-    }
-    // Dims that are not a whole axis of some parameter cannot be bound at run time.
-    let bindable: Vec<String> = params
-        .iter()
-        .flat_map(|(_, _, s)| s.iter().filter_map(|d| d.as_sym().map(str::to_string)))
-        .collect();
-    for (name, _, s) in &params {
-        for d in s {
-            for sym in d.symbols() {
-                if !bindable.contains(&sym) {
-                    lw.diags.push(
-                        Diag::new(f.sig.span(), format!("dynamic dim `{sym}` of parameter `{name}` is never a whole axis, so it cannot be bound at run time"))
-                            .help(format!("bind it in `dims({sym} = ...)` or give some parameter an axis of exactly `{sym}`")),
-                    );
-                }
-            }
-        }
-    }
-    let mut outputs = Vec::new();
-    let mut tuple_return = false;
-    let mut declared: Vec<(DType, Shape, Span)> = Vec::new();
-    match &f.sig.output {
-        syn::ReturnType::Default => lw.diags.push(Diag::new(
-            f.sig.span(),
-            "a fused graph must return a tensor or a tuple of tensors",
-        )),
-        syn::ReturnType::Type(_, ty) => {
-            let tys: Vec<&syn::Type> = match &**ty {
-                syn::Type::Tuple(t) => {
-                    tuple_return = true;
-                    t.elems.iter().collect()
-                }
-                t => vec![t],
-            };
-            for t in tys {
-                let before = lw.dyn_dims.clone();
-                if let Some((d, s)) = lw.tensor_type(t, true) {
-                    let new: Vec<String> =
-                        lw.dyn_dims.iter().filter(|x| !before.contains(x)).cloned().collect();
-                    let unbound: Vec<String> = s
-                        .iter()
-                        .flat_map(|d| d.symbols())
-                        .filter(|x| !bindable.contains(x))
-                        .collect();
-                    lw.dyn_dims = before;
-                    if !unbound.is_empty() || !new.is_empty() {
-                        let mut u = unbound;
-                        u.extend(new);
-                        u.sort();
-                        u.dedup();
-                        lw.diags.push(
-                            Diag::new(t.span(), format!("output dim `{}` cannot be derived from the inputs", u.join("`, `")))
-                                .help("every dim of an output must be static (in `dims(...)`) or appear as an axis of a parameter"),
-                        );
-                    } else {
-                        declared.push((d, s, t.span()));
-                    }
-                }
-            }
-        }
-    }
-    let stmts = &f.block.stmts;
-    let (body, tail) = match stmts.last() {
-        Some(Stmt::Expr(e, None)) => (&stmts[..stmts.len() - 1], Some(e)),
-        _ => (&stmts[..], None),
-    };
-    for s in body {
-        lw.stmt(s);
-    }
-    match tail {
-        None => lw
-            .diags
-            .push(Diag::new(f.block.span(), "a fused graph ends with the expression it returns")),
-        Some(e) => {
-            lw.cur_name = "out".into();
-            let vals = match lw.expr(e) {
-                Some(Val::T(id)) => Some(vec![id]),
-                Some(Val::Tuple(ids)) => Some(ids),
-                Some(Val::Scalar(_)) => {
-                    lw.diags.push(Diag::new(e.span(), "a graph must return tensors, not a scalar"));
-                    None
-                }
-                Some(Val::Poison) | None => None,
-            };
-            if let Some(ids) = vals {
-                let elems: Vec<Span> = match e {
-                    Expr::Tuple(t) => t.elems.iter().map(|x| x.span()).collect(),
-                    _ => vec![e.span(); ids.len()],
-                };
-                if declared.len() == ids.len() {
-                    for (k, id) in ids.iter().enumerate() {
-                        let (d, s, span) = &declared[k];
-                        let n = &lw.nodes[id.idx()];
-                        if n.shape.len() != s.len() {
-                            lw.diags.push(
-                                Diag::new(elems[k], format!("rank mismatch: the graph returns {}{} but the signature declares {}{}", n.dtype, shape_str(&n.shape), d, shape_str(s)))
-                                    .help(format!("declared at line {}", span.start().line)),
-                            );
-                        } else if n.shape != *s {
-                            lw.diags.push(Diag::new(
-                                elems[k],
-                                format!("shape mismatch: the graph returns {} but the signature declares {}", shape_str(&n.shape), shape_str(s)),
-                            ));
-                        } else if n.dtype != *d {
-                            lw.diags.push(
-                                Diag::new(elems[k], format!("dtype mismatch: the graph returns {} but the signature declares {d}", n.dtype))
-                                    .help(format!("insert `cast(x, {d})`")),
-                            );
-                        }
-                    }
-                } else if lw.diags.is_empty() {
-                    lw.diags.push(Diag::new(
-                        e.span(),
-                        format!(
-                            "the graph returns {} tensors but the signature declares {}",
-                            ids.len(),
-                            declared.len()
-                        ),
-                    ));
-                }
-                outputs = ids;
-            }
-        }
-    }
+    lw.check_header(&f.sig);
+    let params = lw.params(&f.sig);
+    let bindable = lw.check_bindable(&params, f.sig.span());
+    let declared = lw.declared_outputs(&f.sig, &bindable);
+    let outputs = lw.body(&f.block, &declared.outputs);
     if !lw.diags.is_empty() {
         return Err(lw.diags);
     }
@@ -1304,7 +1182,244 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         dyn_dims: lw.dyn_dims,
         static_dims: opts.dims.clone(),
     };
+    let tuple_return = declared.tuple_return;
     Ok(Lowered { graph, sig: Signature { params, outputs: outs_sig, tuple_return }, options: opts })
+}
+
+/// The outputs a graph's signature declares.
+struct Declared {
+    /// Each well-formed output type with its span (outputs with underivable dims are left out).
+    outputs: Vec<(DType, Shape, Span)>,
+    /// Whether the return type is a tuple (even of one).
+    tuple_return: bool,
+}
+
+impl Lower<'_> {
+    /// Reject what a graph's header cannot be: `async` or generic.
+    fn check_header(&mut self, sig: &syn::Signature) {
+        if let Some(a) = &sig.asyncness {
+            self.diags.push(Diag::new(a.span(), "a fused graph cannot be `async`"));
+        }
+        if !sig.generics.params.is_empty() {
+            self.diags.push(Diag::new(
+                sig.generics.span(),
+                "a fused graph cannot be generic; dynamic dims are free names in shapes",
+            ));
+        }
+    }
+
+    /// Bind each parameter to a `Param` node (or poison it); returns the well-typed ones.
+    fn params(&mut self, sig: &syn::Signature) -> Vec<(String, DType, Shape)> {
+        let mut params = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        for (i, arg) in sig.inputs.iter().enumerate() {
+            let syn::FnArg::Typed(pt) = arg else {
+                self.diags.push(Diag::new(arg.span(), "a fused graph takes no `self`"));
+                continue;
+            };
+            let Pat::Ident(pi) = &*pt.pat else {
+                self.diags.push(Diag::new(pt.pat.span(), "expected a parameter name"));
+                continue;
+            };
+            let name = pi.ident.to_string();
+            if names.contains(&name) {
+                self.diags.push(
+                    Diag::new(pi.ident.span(), format!("duplicate parameter `{name}`"))
+                        .help("each parameter needs its own name"),
+                );
+                continue;
+            }
+            names.push(name.clone());
+            if let Some((dtype, shape)) = self.tensor_type(&pt.ty, true) {
+                self.cur_name = name.clone();
+                let id = self.push(
+                    Op::Param { index: i },
+                    vec![],
+                    dtype,
+                    shape.clone(),
+                    pi.ident.span(),
+                );
+                self.env.insert(name.clone(), Val::T(id));
+                params.push((name, dtype, shape));
+            } else {
+                self.env.insert(name.clone(), Val::Poison);
+            }
+        }
+        params
+    }
+
+    /// The dims bindable at run time (whole axes of parameters); reports parameter dims that are not.
+    fn check_bindable(&mut self, params: &[(String, DType, Shape)], sig_span: Span) -> Vec<String> {
+        // Dims that are not a whole axis of some parameter cannot be bound at run time.
+        let bindable: Vec<String> = params
+            .iter()
+            .flat_map(|(_, _, s)| s.iter().filter_map(|d| d.as_sym().map(str::to_string)))
+            .collect();
+        for (name, _, s) in params {
+            for d in s {
+                for sym in d.symbols() {
+                    if !bindable.contains(&sym) {
+                        self.diags.push(
+                            Diag::new(sig_span, format!("dynamic dim `{sym}` of parameter `{name}` is never a whole axis, so it cannot be bound at run time"))
+                                .help(format!("bind it in `dims({sym} = ...)` or give some parameter an axis of exactly `{sym}`")),
+                        );
+                    }
+                }
+            }
+        }
+        bindable
+    }
+
+    /// The return type's tensors; each dim must be static or `bindable`.
+    fn declared_outputs(&mut self, sig: &syn::Signature, bindable: &[String]) -> Declared {
+        let mut declared = Declared { outputs: Vec::new(), tuple_return: false };
+        match &sig.output {
+            syn::ReturnType::Default => self.diags.push(Diag::new(
+                sig.span(),
+                "a fused graph must return a tensor or a tuple of tensors",
+            )),
+            syn::ReturnType::Type(_, ty) => {
+                let tys: Vec<&syn::Type> = match &**ty {
+                    syn::Type::Tuple(t) => {
+                        declared.tuple_return = true;
+                        t.elems.iter().collect()
+                    }
+                    t => vec![t],
+                };
+                for t in tys {
+                    if let Some(out) = self.declared_output(t, bindable) {
+                        declared.outputs.push(out);
+                    }
+                }
+            }
+        }
+        declared
+    }
+
+    /// One output type, if well formed and derivable from the inputs (else reported).
+    fn declared_output(
+        &mut self,
+        t: &syn::Type,
+        bindable: &[String],
+    ) -> Option<(DType, Shape, Span)> {
+        let before = self.dyn_dims.clone();
+        let (d, s) = self.tensor_type(t, true)?;
+        let new: Vec<String> =
+            self.dyn_dims.iter().filter(|x| !before.contains(x)).cloned().collect();
+        let unbound: Vec<String> =
+            s.iter().flat_map(|d| d.symbols()).filter(|x| !bindable.contains(x)).collect();
+        self.dyn_dims = before;
+        if !unbound.is_empty() || !new.is_empty() {
+            let mut u = unbound;
+            u.extend(new);
+            u.sort();
+            u.dedup();
+            self.diags.push(
+                Diag::new(t.span(), format!("output dim `{}` cannot be derived from the inputs", u.join("`, `")))
+                    .help("every dim of an output must be static (in `dims(...)`) or appear as an axis of a parameter"),
+            );
+            None
+        } else {
+            Some((d, s, t.span()))
+        }
+    }
+
+    /// Lower the statements and the tail expression; returns the graph's outputs (empty on error).
+    fn body(&mut self, block: &syn::Block, declared: &[(DType, Shape, Span)]) -> Vec<NodeId> {
+        let stmts = &block.stmts;
+        let (body, tail) = match stmts.last() {
+            Some(Stmt::Expr(e, None)) => (&stmts[..stmts.len() - 1], Some(e)),
+            _ => (&stmts[..], None),
+        };
+        for s in body {
+            self.stmt(s);
+        }
+        match tail {
+            None => {
+                self.diags.push(Diag::new(
+                    block.span(),
+                    "a fused graph ends with the expression it returns",
+                ));
+                Vec::new()
+            }
+            Some(e) => self.returned(e, declared).unwrap_or_default(),
+        }
+    }
+
+    /// Lower the returned expression to tensors and check them against the signature.
+    fn returned(&mut self, e: &Expr, declared: &[(DType, Shape, Span)]) -> Option<Vec<NodeId>> {
+        // Named `return`, not `out`: reports show no binding the user did not write.
+        self.cur_name = "return".into();
+        let ids = match self.expr(e) {
+            Some(Val::T(id)) => vec![id],
+            Some(Val::Tuple(ids)) => ids,
+            Some(Val::Scalar(_)) => {
+                self.diags.push(Diag::new(e.span(), "a graph must return tensors, not a scalar"));
+                return None;
+            }
+            Some(Val::Poison) | None => return None,
+        };
+        let elems: Vec<Span> = match e {
+            Expr::Tuple(t) => t.elems.iter().map(|x| x.span()).collect(),
+            _ => vec![e.span(); ids.len()],
+        };
+        if declared.len() == ids.len() {
+            for (k, id) in ids.iter().enumerate() {
+                self.check_returned(*id, elems[k], &declared[k]);
+            }
+        } else if self.diags.is_empty() {
+            self.diags.push(Diag::new(
+                e.span(),
+                format!(
+                    "the graph returns {} tensors but the signature declares {}",
+                    ids.len(),
+                    declared.len()
+                ),
+            ));
+        }
+        Some(ids)
+    }
+
+    /// Report the first of rank, shape and dtype in which returned value `id` (at `at`) differs
+    /// from its declared type.
+    fn check_returned(&mut self, id: NodeId, at: Span, (d, s, span): &(DType, Shape, Span)) {
+        let n = &self.nodes[id.idx()];
+        if n.shape.len() != s.len() {
+            self.diags.push(
+                Diag::new(
+                    at,
+                    format!(
+                        "rank mismatch: the graph returns {}{} but the signature declares {}{}",
+                        n.dtype,
+                        shape_str(&n.shape),
+                        d,
+                        shape_str(s)
+                    ),
+                )
+                .help(format!("declared at line {}", span.start().line)),
+            );
+        } else if n.shape != *s {
+            self.diags.push(Diag::new(
+                at,
+                format!(
+                    "shape mismatch: the graph returns {} but the signature declares {}",
+                    shape_str(&n.shape),
+                    shape_str(s)
+                ),
+            ));
+        } else if n.dtype != *d {
+            self.diags.push(
+                Diag::new(
+                    at,
+                    format!(
+                        "dtype mismatch: the graph returns {} but the signature declares {d}",
+                        n.dtype
+                    ),
+                )
+                .help(format!("insert `cast(x, {d})`")),
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -58,10 +58,10 @@ fn ir_dump_before_and_after_canonicalize() {
           %3 = param[#3]() : f32[16]  // b1
           %4 = param[#4]() : f32[16, 8]  // w2
           %5 = rms_norm[eps=1e-6](%0, %1) : f32[S, 8]  // h
-          %6 = linear(%5, %2, %3) : f32[S, 16]  // out
-          %7 = silu(%6) : f32[S, 16]  // out
-          %8 = matmul(%7, %4) : f32[S, 8]  // out
-          %9 = add(%0, %8) : f32[S, 8]  // out
+          %6 = linear(%5, %2, %3) : f32[S, 16]  // return
+          %7 = silu(%6) : f32[S, 16]  // return
+          %8 = matmul(%7, %4) : f32[S, 8]  // return
+          %9 = add(%0, %8) : f32[S, 8]  // return
           return %9
     "#]]
     .assert_eq(&u.lowered.graph.dump());
@@ -79,11 +79,11 @@ fn ir_dump_before_and_after_canonicalize() {
           %9 = rsqrt(%8) : f32[S, 1]  // h.rrms
           %10 = mul(%0, %9) : f32[S, 8]  // h.normed
           %11 = mul(%10, %1) : f32[S, 8]  // h
-          %12 = matmul(%11, %2) : f32[S, 16]  // out.mm
-          %13 = add(%12, %3) : f32[S, 16]  // out
-          %14 = silu(%13) : f32[S, 16]  // out
-          %15 = matmul(%14, %4) : f32[S, 8]  // out
-          %16 = add(%0, %15) : f32[S, 8]  // out
+          %12 = matmul(%11, %2) : f32[S, 16]  // return.mm
+          %13 = add(%12, %3) : f32[S, 16]  // return
+          %14 = silu(%13) : f32[S, 16]  // return
+          %15 = matmul(%14, %4) : f32[S, 8]  // return
+          %16 = add(%0, %15) : f32[S, 8]  // return
           return %16
     "#]]
     .assert_eq(&u.graph.dump());
@@ -128,8 +128,8 @@ fn seed_layer_plans_per_opt_level() {
             k12 [elementwise_chain,reduce_epilogue,add_norm] x1: add add; h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
             k13 [] f: matmul
             k14 [elementwise_chain] f: add silu
-            k15 [] out: matmul
-            k16 [elementwise_chain] out: add add
+            k15 [] return: matmul
+            k16 [elementwise_chain] return: add add
         "#]],
     );
     check_plan(
@@ -144,7 +144,7 @@ fn seed_layer_plans_per_opt_level() {
             k6 [elementwise_chain,linear_epilogue] x1: matmul add add
             k7 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
             k8 [elementwise_chain,linear_epilogue] f: matmul add silu
-            k9 [linear_epilogue] out: matmul add add
+            k9 [linear_epilogue] return: matmul add add
         "#]],
     );
     check_plan(
@@ -161,7 +161,7 @@ fn seed_layer_plans_per_opt_level() {
             k8 [elementwise_chain,linear_epilogue] x1: matmul add add
             k9 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
             k10 [elementwise_chain,linear_epilogue] f: matmul add silu
-            k11 [linear_epilogue] out: matmul add add
+            k11 [linear_epilogue] return: matmul add add
         "#]],
     );
 }
