@@ -453,15 +453,7 @@ impl MatMulTraffic {
         let (g, cx, members, ins) = (kernel.g, &kernel.cx, kernel.members, &kernel.ins);
         let an = g.node(a);
         // Prologue = members upstream of the anchor: their inputs stream with A.
-        let mut pro = BTreeSet::new();
-        let mut stack = vec![a];
-        while let Some(x) = stack.pop() {
-            for i in &g.node(x).inputs {
-                if members.contains(i) && pro.insert(*i) {
-                    stack.push(*i);
-                }
-            }
-        }
+        let pro = crate::group::prologue_of(g, a, |i| members.contains(i));
         let a_in: Vec<NodeId> = ins
             .iter()
             .copied()

@@ -142,6 +142,25 @@ pub fn flash_parts(g: &Graph, members: &BTreeSet<NodeId>) -> Option<FlashParts> 
 }
 
 /// The first node that is not a view, following reshape/transpose/slice inputs.
+/// The members of a matmul group upstream of its `anchor`: its prologue, computed while the
+/// A operand is read (the rest of the group is the epilogue, applied as C is stored).
+pub fn prologue_of(
+    g: &Graph,
+    anchor: NodeId,
+    is_member: impl Fn(&NodeId) -> bool,
+) -> BTreeSet<NodeId> {
+    let mut prologue = BTreeSet::new();
+    let mut stack = vec![anchor];
+    while let Some(x) = stack.pop() {
+        for i in &g.node(x).inputs {
+            if is_member(i) && prologue.insert(*i) {
+                stack.push(*i);
+            }
+        }
+    }
+    prologue
+}
+
 pub fn base_of(g: &Graph, mut id: NodeId) -> NodeId {
     while g.node(id).op.is_view() {
         id = g.node(id).inputs[0];

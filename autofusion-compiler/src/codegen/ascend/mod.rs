@@ -1097,15 +1097,7 @@ impl MatmulParts {
         let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
         let k_dim = g.node(a_in).shape.last().unwrap().clone();
         let batch: Shape = out_shape[..r - 2].to_vec();
-        let mut prologue = BTreeSet::new();
-        let mut stack = vec![anchor];
-        while let Some(x) = stack.pop() {
-            for i in &g.node(x).inputs {
-                if members.contains(i) && prologue.insert(*i) {
-                    stack.push(*i);
-                }
-            }
-        }
+        let prologue = crate::group::prologue_of(g, anchor, |i| members.contains(i));
         let pro_nodes: Vec<NodeId> =
             grp.nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
         let epi_nodes: Vec<NodeId> =

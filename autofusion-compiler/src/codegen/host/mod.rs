@@ -602,15 +602,7 @@ fn matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>) -> 
     b_shape.push(k_dim.clone());
     b_shape.push(out_shape[r - 1].clone());
     // Prologue = members upstream of the anchor; epilogue = the rest.
-    let mut prologue = BTreeSet::new();
-    let mut stack = vec![anchor];
-    while let Some(x) = stack.pop() {
-        for i in &g.node(x).inputs {
-            if members.contains(i) && prologue.insert(*i) {
-                stack.push(*i);
-            }
-        }
-    }
+    let prologue = crate::group::prologue_of(g, anchor, |i| members.contains(i));
     let epilogue: Vec<NodeId> =
         members.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
     let mut spa = Space { tag: "a", shape: a_shape, accesses: BTreeMap::new() };
