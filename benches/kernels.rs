@@ -574,10 +574,11 @@ fn seed(peak: f64, target: &Target, a: &Args, mem: &mut Vec<String>) {
         println!("seed_layer d={d} s={s}: fused {f:.3} ms, opt0 {o0:.3} ms, onnxruntime {ort:.3} ms, ratio {:.2}", f / ort);
         let (af, a0) = l.arena_bytes(s);
         mem.push(format!(
-            "d {d} S {s}: arena fused {:.1} MB, opt0 {:.1} MB; weights {:.1} MB, packed copies {:.1} MB (fused) + {:.1} MB (opt0)",
+            "d {d} S {s}: arena fused {:.1} MB, opt0 {:.1} MB; weights {:.1} MB, packed copies {:.1} MB held once for both modules (fused uses {:.1} MB, opt0 {:.1} MB)",
             af as f64 / 1e6,
             a0 as f64 / 1e6,
             weight_bytes(&l) as f64 / 1e6,
+            autofusion_runtime::packs::live_bytes() as f64 / 1e6,
             l.fused.packed_bytes() as f64 / 1e6,
             l.opt0.packed_bytes() as f64 / 1e6
         ));
@@ -591,7 +592,7 @@ fn weight_bytes(l: &Layer) -> usize {
 // ---------------------------------------------------------------- 5. f16 and bf16 layers
 
 fn dtypes(target: &Target, a: &Args) {
-    let (d, h, s) = (512, 8, 128);
+    let (d, h) = (512, 8);
     let names = ["f32", "f16", "bf16"];
     let mut layers = Vec::new();
     for dt in names {
@@ -599,18 +600,32 @@ fn dtypes(target: &Target, a: &Args) {
             .replace("Tensor<f32", &format!("Tensor<{dt}"))
             .replace(&format!("fn seed_d{d}("), &format!("fn seed_d{d}_{dt}("));
         let m = load(&src, Variant::Fused, target);
-        let x = Tensor::randn(&[s, d], 1.0, 7);
-        let ins: Vec<Tensor> = std::iter::once(x)
-            .chain(weights(d))
-            .map(|t| t.to_dtype(m.graph().node(m.graph().param_nodes()[0]).dtype).unwrap())
-            .collect();
+        let dt = m.graph().node(m.graph().param_nodes()[0]).dtype;
+        let ins: Vec<Tensor> = weights(d).into_iter().map(|t| t.to_dtype(dt).unwrap()).collect();
         layers.push((m, ins));
     }
-    let rounds = if a.quick { 5 } else { 21 };
+    // A prefill-sized call, then decode (one row: the weights' bytes dominate).
+    for s in [128, 1] {
+        dtypes_at(&names, &layers, (d, s), a);
+    }
+    let packed = layers.iter().map(|(m, _)| format!("{:.2}", m.packed_bytes() as f64 / 1e6));
+    println!(
+        "dtypes: packed weights f32 / f16 / bf16: {} MB",
+        packed.collect::<Vec<_>>().join(" / ")
+    );
+}
+
+/// Times the f32, f16 and bf16 layers (weights in `layers`) side by side at `S = s`.
+fn dtypes_at(names: &[&str], layers: &[(Module, Vec<Tensor>)], (d, s): (usize, usize), a: &Args) {
+    let xs: Vec<Tensor> = layers
+        .iter()
+        .map(|(_, w)| Tensor::randn(&[s, d], 1.0, 7).to_dtype(w[0].dtype()).unwrap())
+        .collect();
+    let rounds = if a.quick { 5 } else { 21 } * if s == 1 { 20 } else { 1 };
     let mut times = vec![Vec::new(); names.len()];
     for _ in 0..rounds {
-        for (k, (m, ins)) in layers.iter().enumerate() {
-            let refs: Vec<&Tensor> = ins.iter().collect();
+        for (k, (m, w)) in layers.iter().enumerate() {
+            let refs: Vec<&Tensor> = std::iter::once(&xs[k]).chain(w).collect();
             let t0 = Instant::now();
             m.run(&refs).unwrap();
             times[k].push(t0.elapsed().as_secs_f64() * 1e3);
@@ -618,8 +633,8 @@ fn dtypes(target: &Target, a: &Args) {
     }
     let med: Vec<f64> = times.iter().map(|t| median(t)).collect();
     if a.verbose {
-        for (dt, (m, ins)) in names.iter().zip(&layers) {
-            let refs: Vec<&Tensor> = ins.iter().collect();
+        for (k, (dt, (m, w))) in names.iter().zip(layers).enumerate() {
+            let refs: Vec<&Tensor> = std::iter::once(&xs[k]).chain(w).collect();
             let t = m.time_kernels(&refs, 5).unwrap();
             for ((name, ops), us) in m.kernel_names().iter().zip(t) {
                 println!("    {dt} {name}: {us:.1} us ({ops})");

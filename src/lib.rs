@@ -36,6 +36,10 @@
 pub use autofusion_macros::fused_graph;
 pub use autofusion_runtime::{tolerance, DType, Device, Error, Module, Result, Tensor};
 
+/// Packed weights, shared by every module of the process (`packs::live_bytes`,
+/// `packs::bytes_packed_from`).
+pub use autofusion_runtime::packs;
+
 /// Everything a layer file needs.
 pub mod prelude {
     pub use crate::{fused_graph, DType, Device, Error, Result, Tensor};

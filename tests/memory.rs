@@ -75,3 +75,58 @@ fn memory_is_released_when_asked() {
     run_at(&m, 513).unwrap();
     assert_eq!(m.held_bytes(), m.packed_bytes());
 }
+
+/// A graph whose weights are bf16 (`w` read plainly, `v` plainly and through a transposed
+/// view), at `opt_level`.
+fn bf16_weights(opt_level: u8) -> Module {
+    let src = format!(
+        "#[fused_graph(dims(D = 48, F = 80), opt_level = {opt_level})]
+         fn shared_packs(x: Tensor<bf16, {{[S, D]}}>, w: Tensor<bf16, {{[D, F]}}>, v: Tensor<bf16, {{[F, D]}}>)
+             -> Tensor<bf16, {{[S, F]}}> {{
+             let h = matmul(relu(matmul(x, w)), v);
+             matmul(h + x, transpose(v, 0, 1))
+         }}"
+    );
+    let file = syn::parse_file(&src).unwrap();
+    let (f, attr) = autofusion_compiler::find_graphs(&file.items).into_iter().next().unwrap();
+    let unit =
+        Unit::with_options(autofusion_compiler::front::parse_options(attr).unwrap(), f).unwrap();
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("memory").join(format!("bf16-{opt_level}"));
+    common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap()
+}
+
+/// Packed weights are shared by tensor identity across modules, kept in the weight's dtype,
+/// and freed with the last module holding them.
+#[test]
+fn packed_weights_are_shared_and_stay_16_bit() {
+    use autofusion::packs::bytes_packed_from;
+    let (fused, opt0) = (bf16_weights(2), bf16_weights(0));
+    let ins = common::inputs(fused.graph(), &[9], 5);
+    let refs: Vec<&Tensor> = ins.iter().collect();
+    let (w, v) = (&ins[1], &ins[2]);
+    common::assert_close("fused", &fused.run(&refs).unwrap(), &fused.reference(&refs).unwrap());
+    assert_eq!(fused.packs_done(), 3, "w, v and v^T are packed");
+    // bf16 bits in slivers of 32 columns: K * ceil32(N) * 2 bytes, rounded to 64-byte lines.
+    let bytes = |k: usize, n: usize| (k * n.div_ceil(32) * 32 * 2).div_ceil(64) * 64;
+    assert_eq!(bytes_packed_from(w), bytes(48, 80));
+    assert_eq!(bytes_packed_from(v), bytes(80, 48) + bytes(48, 80), "v and its transpose");
+    // The opt_level 0 module over the same tensors packs nothing: it uses the fused module's
+    // copies, and computes the same.
+    common::assert_close("opt0", &opt0.run(&refs).unwrap(), &opt0.reference(&refs).unwrap());
+    assert_eq!(opt0.packs_done(), 0);
+    assert_eq!(bytes_packed_from(w), bytes(48, 80), "one copy for both modules");
+    // A clone of a weight is the same tensor; another tensor of equal values is not.
+    let other_w = Tensor::from_f32_as(&[48, 80], &w.to_f32_vec(), autofusion::DType::BF16).unwrap();
+    let mut with_other: Vec<&Tensor> = refs.clone();
+    with_other[1] = &other_w;
+    opt0.run(&with_other).unwrap();
+    assert_eq!(opt0.packs_done(), 1);
+    assert_eq!(bytes_packed_from(&other_w), bytes(48, 80));
+    // Freed with the last holder.
+    drop(fused);
+    assert_eq!(bytes_packed_from(w), 0, "only the dropped module held w's copy");
+    assert!(bytes_packed_from(v) > 0, "opt0 still holds v's copies");
+    opt0.release_memory();
+    assert_eq!(bytes_packed_from(v) + bytes_packed_from(&other_w), 0);
+}

@@ -1,6 +1,7 @@
 //! The C prelude's numeric building blocks, compiled and run on this machine: every matmul
-//! micro-kernel the CPU supports (portable, AVX2+FMA, AVX-512F) against a naive product for
-//! all tile tails, both A layouts (packed sliver, matrix rows) and both store modes, and
+//! micro-kernel the CPU supports (portable, AVX2+FMA, AVX-512F), with B as f32 and as f16 and
+//! bf16 bits, against a naive product for all tile tails, both A layouts (packed sliver,
+//! matrix rows) and both store modes, and
 //! `af_expf` against double-precision `exp`. Built once plainly and once with AddressSanitizer + UBSan, so an out-of-bounds store of a tail
 //! or an undefined shift fails the test.
 
@@ -11,8 +12,12 @@ use std::process::Command;
 
 const HARNESS: &str = r#"
 #include <stdio.h>
-static int check_uk(const char *name, af_uk_fn uk, int64_t MR, int64_t NR) {
+static const char *const B_TYPE[3] = {"f32", "f16", "bf16"};
+/* Every entry point of one ISA's micro-kernel: B as f32, and as f16 and bf16 bits (the values
+ * are small integers, exact in every type, so all three must give the same products). */
+static int check_uk(const char *name, af_uk_fn uk, af_uk16_fn uk_f16, af_uk16_fn uk_bf16, int64_t MR, int64_t NR) {
     int bad = 0;
+    for (int bt = 0; bt < 3; ++bt)
     for (int rows = 0; rows < 2; ++rows) /* A as a packed sliver (rs 1, cs MR), then as matrix rows (rs lda, cs 1) */
     for (int64_t kc = 1; kc <= 37; kc += 9)
     for (int64_t mr = 1; mr <= MR; ++mr)
@@ -33,15 +38,45 @@ static int check_uk(const char *name, af_uk_fn uk, int64_t MR, int64_t NR) {
                 for (int64_t k = 0; k < kc; ++k) s += (double)A[i * rs + k * cs] * B[k * NR + j];
                 R[i * nr + j] = (float)s;
             }
-        uk(kc, A, rs, cs, B, C, ldc, mr, nr, acc);
+        uint16_t *B16 = malloc(sizeof(uint16_t) * (size_t)(kc * NR));
+        for (int64_t i = 0; i < kc * NR; ++i) B16[i] = bt == 1 ? af_f2h(B[i]) : af_f2bf(B[i]);
+        if (bt == 0) uk(kc, A, rs, cs, B, C, ldc, mr, nr, acc);
+        else (bt == 1 ? uk_f16 : uk_bf16)(kc, A, rs, cs, B16, C, ldc, mr, nr, acc);
+        free(B16);
         for (int64_t i = 0; i < mr; ++i)
             for (int64_t j = 0; j < nr; ++j)
                 if (C[i * ldc + j] != R[i * nr + j] && bad++ < 5)
-                    printf("%s %s kc=%ld mr=%ld nr=%ld acc=%d: C[%ld][%ld] = %g, want %g\n", name, rows ? "rows" : "sliver", (long)kc, (long)mr,
+                    printf("%s B %s, A %s kc=%ld mr=%ld nr=%ld acc=%d: C[%ld][%ld] = %g, want %g\n", name, B_TYPE[bt], rows ? "rows" : "sliver", (long)kc, (long)mr,
                            (long)nr, acc, (long)i, (long)j, C[i * ldc + j], R[i * nr + j]);
         free(A), free(B), free(C), free(R);
     }
-    printf("%s %ldx%ld: %s\n", name, (long)MR, (long)NR, bad ? "FAILED" : "ok");
+    printf("%s %ldx%ld (B f32, f16, bf16): %s\n", name, (long)MR, (long)NR, bad ? "FAILED" : "ok");
+    return bad;
+}
+/* An ISA's widening of f16 and bf16 bits against af_h2f / af_bf2f on all 65536 values, bit
+ * for bit, at every length tail (a run of n values starting at 0..n). */
+static int check_widen(const char *name, af_widen_fn f16, af_widen_fn bf16) {
+    uint16_t *h = malloc(sizeof(uint16_t) * 65536u);
+    float *out = malloc(sizeof(float) * 65536u);
+    int bad = 0;
+    for (uint32_t i = 0; i < 65536u; ++i) h[i] = (uint16_t)i;
+    for (int bt = 1; bt < 3; ++bt) {
+        (bt == 1 ? f16 : bf16)(h, out, 65536);
+        for (uint32_t i = 0; i < 65536u; ++i) {
+            const float want = bt == 1 ? af_h2f(h[i]) : af_bf2f(h[i]);
+            if (af_f32_bits(out[i]) != af_f32_bits(want) && bad++ < 5) printf("%s widen %s(%04x) differs\n", name, B_TYPE[bt], i);
+        }
+        for (int64_t n = 0; n < 40; ++n) { /* tails: exact-size buffers, so ASan sees a store past n */
+            float *d = malloc(sizeof(float) * (size_t)(n + 1));
+            (bt == 1 ? f16 : bf16)(h + 15360, d, n);
+            for (int64_t i = 0; i < n; ++i)
+                if (af_f32_bits(d[i]) != af_f32_bits(bt == 1 ? af_h2f(h[15360 + i]) : af_bf2f(h[15360 + i])) && bad++ < 5)
+                    printf("%s widen %s n=%ld differs at %ld\n", name, B_TYPE[bt], (long)n, (long)i);
+            free(d);
+        }
+    }
+    free(h), free(out);
+    printf("%s widen f16, bf16: %s\n", name, bad ? "FAILED" : "ok");
     return bad;
 }
 static int check_exp(void) {
@@ -123,12 +158,17 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "dump")) return dump_conversions(argv[2]);
     int bad = check_exp();
     bad += check_round_f16();
-    bad += check_uk("portable", af_uk_portable, 4, 16);
+    bad += check_uk("portable", af_uk_portable, af_uk_portable_f16, af_uk_portable_bf16, 4, 16);
+    bad += check_widen("portable", af_widen_portable_f16, af_widen_portable_bf16);
 #ifdef AF_HAVE_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) bad += check_uk("avx2", af_uk_avx2, 6, 16);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        bad += check_uk("avx2", af_uk_avx2, af_uk_avx2_f16, af_uk_avx2_bf16, 6, 16) +
+               check_widen("avx2", af_widen_avx2_f16, af_widen_avx2_bf16);
     else printf("avx2: not on this CPU\n");
-    if (__builtin_cpu_supports("avx512f")) bad += check_uk("avx512", af_uk_avx512, 8, 32);
+    if (__builtin_cpu_supports("avx512f"))
+        bad += check_uk("avx512", af_uk_avx512, af_uk_avx512_f16, af_uk_avx512_bf16, 8, 32) +
+               check_widen("avx512", af_widen_avx512_f16, af_widen_avx512_bf16);
     else printf("avx512: not on this CPU\n");
     bad += check_f16c();
 #endif
@@ -188,7 +228,8 @@ fn run(tag: &str, extra: &[&str]) -> Option<String> {
 #[test]
 fn micro_kernels_and_exp_are_exact_on_every_tail() {
     let text = run("plain", &[]).unwrap();
-    assert!(text.contains("portable 4x16: ok"), "{text}");
+    assert!(text.contains("portable 4x16 (B f32, f16, bf16): ok"), "{text}");
+    assert!(text.contains("portable widen f16, bf16: ok"), "{text}");
     assert!(text.contains("af_expf: worst relative error"), "{text}");
     assert!(text.contains("af_round_f16 against the round trip: ok"), "{text}");
     assert!(
@@ -208,7 +249,7 @@ fn micro_kernels_under_address_and_undefined_sanitizers() {
             "-g",
         ],
     ) {
-        Some(text) => assert!(text.contains("portable 4x16: ok"), "{text}"),
+        Some(text) => assert!(text.contains("portable 4x16 (B f32, f16, bf16): ok"), "{text}"),
         None => eprintln!("skipped: the C compiler has no sanitizer runtime"),
     }
 }

@@ -15,9 +15,10 @@
 //! function table holds the kernels, then every kernel's pack functions in order.
 
 use crate::dim::DimExpr;
+use crate::ir::DType;
 
 /// Bumped whenever the layout of `af_tiling`, `af_module` or the kernel signature changes.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Largest micro-kernel tile of the host matmul template (rows of A, columns of B per sliver);
 /// the prelude's `AF_MR_MAX` / `AF_NR_MAX`.
@@ -89,22 +90,40 @@ pub struct KernelMeta {
 
 /// One matmul B operand packed ahead of the kernel: `batch` matrices of `k x n`, each stored as
 /// slivers of NR columns (NR = the micro-kernel's, chosen at run time), sliver `s` of matrix
-/// `b` at floats `((b * ceil(n / NR) + s) * k) * NR`, row `kk` of the sliver at `+ kk * NR`,
+/// `b` at elements `((b * ceil(n / NR) + s) * k) * NR`, row `kk` of the sliver at `+ kk * NR`,
 /// columns past `n` zero. The pack function runs with `t->units` = `batch * ceil(n / NR_MAX)`
 /// column groups of `NR_MAX` columns, `t->rows_per_block` groups per block.
+///
+/// The elements keep the weight's own dtype (`dtype`): an f16 or bf16 weight is packed as its
+/// bits and widened, exactly, by the micro-kernel as it loads B, so a 16-bit weight's packed
+/// copy is half the size of an f32 one and the products are the same.
+///
+/// What the packed operand holds is fixed by the weight tensor and `(dtype, batch_dims, k, n,
+/// offset, strides)` evaluated at the call's dims: element `(b.., kk, j)` of B is element
+/// `offset + sum(index * stride)` of the weight. The runtime shares one packed copy between
+/// every kernel and module of the process whose pack agrees on all of these for one tensor.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PackMeta {
     /// The C function (`<kernel>_pack<i>`).
     pub func: String,
     /// The parameter the operand is read from (through views).
     pub param: crate::ir::NodeId,
+    /// Element type of the packed operand (the parameter's dtype).
+    pub dtype: DType,
     pub batch: DimExpr,
     pub k: DimExpr,
     pub n: DimExpr,
+    /// B's batch extents (their product is `batch`; broadcast batch axes have stride 0).
+    pub batch_dims: Vec<DimExpr>,
+    /// Where B's element (0.., 0, 0) is in the parameter, in elements.
+    pub offset: DimExpr,
+    /// Strides of B's axes (batch dims, K, N) in the parameter, in elements.
+    pub strides: Vec<DimExpr>,
 }
 
-/// Floats a packed operand takes for any NR dividing `NR_MAX` (columns rounded up to `NR_MAX`).
-pub fn packed_floats(batch: i64, k: i64, n: i64) -> i64 {
+/// Elements a packed operand takes for any NR dividing `NR_MAX` (columns rounded up to
+/// `NR_MAX`).
+pub fn packed_elems(batch: i64, k: i64, n: i64) -> i64 {
     batch.max(0) * ((n.max(0) + NR_MAX - 1) / NR_MAX * NR_MAX) * k.max(0)
 }
 

@@ -335,7 +335,7 @@ impl Json for Work {
 
 json_struct!(Node { op, inputs, dtype, shape, name, line });
 json_struct!(Graph { name, params, nodes, outputs, dyn_dims, static_dims });
-json_struct!(PackMeta { func, param, batch, k, n });
+json_struct!(PackMeta { func, param, dtype, batch, k, n, batch_dims, offset, strides });
 json_struct!(KernelMeta { name, buffers, n_inputs, work, ops, packs });
 json_struct!(ModuleMeta { abi, hash, variant, graph, kernels, summary, pipeline });
 json_struct!(AscendKernel {
@@ -398,7 +398,7 @@ mod tests {
     #[test]
     fn module_metadata_round_trips() {
         let meta = ModuleMeta {
-            abi: 2,
+            abi: 3,
             hash: "00ff".into(),
             variant: "fused".into(),
             graph: graph(),
@@ -411,9 +411,13 @@ mod tests {
                 packs: vec![PackMeta {
                     func: "k0_y_pack0".into(),
                     param: NodeId(0),
+                    dtype: DType::BF16,
                     batch: 1.into(),
                     k: 8.into(),
                     n: s(),
+                    batch_dims: vec![],
+                    offset: s(),
+                    strides: vec![1.into(), 8.into()],
                 }],
             }],
             summary: vec!["[INFO] line".into()],
@@ -423,7 +427,7 @@ mod tests {
         // Compared as dumps: the graph holds -inf, and NaN-free equality is what matters.
         assert_eq!(back.graph.dump(), meta.graph.dump());
         assert_eq!(back.kernels, meta.kernels);
-        assert_eq!((back.abi, back.pipeline, &back.summary), (2, true, &meta.summary));
+        assert_eq!((back.abi, back.pipeline, &back.summary), (3, true, &meta.summary));
         assert!(
             matches!(back.graph.nodes[1].op, Op::Const { value } if value == f64::NEG_INFINITY)
         );

@@ -4,6 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::memory::{self, Footprint};
+use crate::packs::{self, PackKey, Packed};
 use crate::pool::pool;
 use crate::reference;
 use crate::tensor::Tensor;
@@ -129,26 +130,15 @@ pub struct Module {
     pack_fns: Vec<Vec<KernelFn>>,
     cache: Mutex<HashMap<Vec<i64>, Arc<ShapePlan>>>,
     arena: Mutex<Vec<u64>>,
-    /// Packed B operands by (kernel, pack): the latest parameter tensor each was packed from.
+    /// Packed B operands by (kernel, pack): the latest parameter tensor each was packed from
+    /// (shared with other kernels and modules packing the same tensor alike, see `packs`).
     packed: Mutex<HashMap<(usize, usize), Arc<Packed>>>,
-    /// Operands packed so far (cache misses), for tests and reports.
+    /// Operands this module packed itself (neither its cache nor the process had them).
     packs_done: AtomicUsize,
     /// Bytes a call may allocate (see `memory`).
     memory_limit: AtomicUsize,
     /// An arena larger than this is freed after the call that grew it.
     arena_retain: AtomicUsize,
-}
-
-/// 64-byte aligned storage for packed operands (the micro-kernels stream them).
-#[repr(C, align(64))]
-#[derive(Clone, Copy, Default)]
-struct Line([f32; 16]);
-
-/// One packed operand and what it was packed from: the tensor's contents stamp and the
-/// operand's (batch, k, n).
-struct Packed {
-    key: (u64, [i64; 3]),
-    data: Vec<Line>,
 }
 
 thread_local! {
@@ -372,17 +362,14 @@ impl Module {
         Ok(live)
     }
 
-    /// Bytes of every packed weight operand at these dims (`None` on overflow).
+    /// Bytes of every packed weight operand at these dims (`None` on overflow): the most
+    /// this module can make the process hold (less when copies are shared).
     fn packed_weight_bytes(
         &self,
         eval: &dyn Fn(&autofusion_ir::dim::DimExpr) -> i64,
     ) -> Option<usize> {
         let mut packs = self.meta.kernels.iter().flat_map(|k| &k.packs);
-        packs.try_fold(0usize, |acc, p| {
-            let [b, k, n] = [&p.batch, &p.k, &p.n].map(|d| eval(d).max(0));
-            let floats = usize::try_from(autofusion_ir::abi::packed_floats(b, k, n)).ok()?;
-            acc.checked_add(floats.checked_mul(4)?)
-        })
+        packs.try_fold(0usize, |acc, p| acc.checked_add(packs::packed_bytes(p, eval)?))
     }
 
     /// For the pipeline: the earlier kernels each kernel must wait for (it reads their
@@ -577,9 +564,10 @@ impl Module {
         Ok(outputs)
     }
 
-    /// Packed operand `j` of kernel `ki` for these inputs: the cached one when it was packed
-    /// from the same tensor at the same extents, else packed now (on the pool) and cached.
-    /// `bufs` is the kernel's buffer table (the pack function reads its operand from it).
+    /// Packed operand `j` of kernel `ki` for these inputs: this module's when it was packed
+    /// from the same tensor alike, else the process's (`packs`), else packed now (on the
+    /// pool) and published. `bufs` is the kernel's buffer table (the pack function reads its
+    /// operand from it).
     fn packed_operand(
         &self,
         ki: usize,
@@ -602,25 +590,40 @@ impl Module {
             });
         };
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
-        let eval = |d: &autofusion_ir::dim::DimExpr| d.eval(&bind).unwrap_or(0).max(0);
-        let key = (inputs[pi].stamp(), [eval(&p.batch), eval(&p.k), eval(&p.n)]);
+        let eval = |d: &autofusion_ir::dim::DimExpr| d.eval(&bind).unwrap_or(0);
+        let key = PackKey::new(inputs[pi].stamp(), p, &eval);
         if let Some(c) = self.packed.lock().unwrap().get(&(ki, j)) {
             if c.key == key {
                 return Ok(c.clone());
             }
         }
-        let [b, k, n] = key.1;
-        let floats = autofusion_ir::abi::packed_floats(b, k, n) as usize;
-        let mut data: Vec<Line> =
-            memory::try_zeroed(floats.div_ceil(16).max(1), &g.name, "packed weights")?;
+        let packed = match packs::lookup(&key) {
+            Some(shared) => shared,
+            None => packs::publish(self.pack_now(ki, j, key, dims, bufs)?),
+        };
+        self.packed.lock().unwrap().insert((ki, j), packed.clone());
+        Ok(packed)
+    }
+
+    /// Run pack function `j` of kernel `ki` into new storage for `key`.
+    fn pack_now(
+        &self,
+        ki: usize,
+        j: usize,
+        key: PackKey,
+        dims: &[i64],
+        bufs: &mut Vec<*mut c_void>,
+    ) -> Result<Packed> {
+        let mut packed = Packed::alloc(key, &self.meta.graph.name)?;
+        let [b, k, n] = packed.key.batch_k_n();
         let (t, _) = choose_pack(b, k, n, pool().threads());
-        bufs.push(data.as_mut_ptr() as *mut c_void);
+        bufs.push(packed.data.as_mut_ptr() as *mut c_void);
         let bp = SendPtr(bufs.as_ptr());
         let f = self.pack_fns[ki][j];
         let dims_ptr = dims.as_ptr() as usize;
         // SAFETY: `bufs` holds the kernel's buffers and the destination, sized by
-        // `packed_floats` for these extents; blocks write disjoint column groups; scratch is
-        // unused by pack functions.
+        // `packed_elems` and the dtype for these extents; blocks write disjoint column
+        // groups; scratch is unused by pack functions.
         pool().run(t.block_num as usize, &|blk| unsafe {
             // Rebinding captures the Send wrapper whole (a 2021 closure would capture only
             // its raw-pointer field, which is not Sync).
@@ -630,13 +633,12 @@ impl Module {
         });
         bufs.pop();
         self.packs_done.fetch_add(1, Ordering::Relaxed);
-        let packed = Arc::new(Packed { key, data });
-        self.packed.lock().unwrap().insert((ki, j), packed.clone());
         Ok(packed)
     }
 
-    /// How many times a weight operand was packed (each call packs only operands whose tensor
-    /// or extents changed since the last call).
+    /// How many times this module packed a weight operand (a call packs only operands whose
+    /// tensor or extents changed since the last call and that no module of the process holds
+    /// packed alike).
     pub fn packs_done(&self) -> usize {
         self.packs_done.load(Ordering::Relaxed)
     }
@@ -646,14 +648,13 @@ impl Module {
         self.meta.kernels.iter().map(|k| k.packs.len()).sum()
     }
 
-    /// Bytes of packed operands held (one per weight operand, for the latest tensor).
+    /// Bytes of the packed operands this module uses (one per weight operand, for the latest
+    /// tensor; copies shared with other modules count here too, see `packs::live_bytes`).
     pub fn packed_bytes(&self) -> usize {
-        self.packed
-            .lock()
-            .unwrap()
-            .values()
-            .map(|p| p.data.len() * std::mem::size_of::<Line>())
-            .sum()
+        let held = self.packed.lock().unwrap();
+        // Two kernels of this module may share one copy: count it once.
+        let mut seen = std::collections::HashSet::new();
+        held.values().filter(|p| seen.insert(Arc::as_ptr(p))).map(|p| p.bytes()).sum()
     }
 
     /// Run the reference interpreter on the same graph.

@@ -13,6 +13,7 @@ pub mod error;
 pub mod exec;
 pub mod library;
 pub mod memory;
+pub mod packs;
 pub mod pool;
 pub mod reference;
 pub mod tensor;

@@ -168,23 +168,76 @@ static inline float af_vexp_sum(float *restrict x, int64_t n, float m) {
  * rows past mr repeat row mr - 1 and are never stored. B is packed in slivers of NR columns
  * (B[k * NR + j], zero past the matrix), so a kernel always computes a full MR x NR tile in
  * registers and only the store honours mr x nr. One kernel per ISA, chosen once at run time
- * from CPUID (AUTOFUSION_ISA=portable|avx2 forces a narrower one the CPU has). ---- */
+ * from CPUID (AUTOFUSION_ISA=portable|avx2 forces a narrower one the CPU has).
+ *
+ * B's elements are f32, or an f16 / bf16 weight's own bits (`uk_f16`, `uk_bf16`): a 16-bit
+ * weight stays 16-bit in its packed copy and each B load widens it exactly (F16C's vcvtph2ps,
+ * or a zero-extend and shift for bf16, NaNs quieted as af_bf2f does), so the products are those
+ * of the widened weight. `widen_f16` / `widen_bf16` widen a whole sliver the same way. Each
+ * ISA's kernel is written once, as an always-inline body taking the B type as a constant that
+ * the three entry points fix. ---- */
 typedef void (*af_uk_fn)(int64_t kc, const float *restrict A, int64_t rs, int64_t cs, const float *restrict B,
                          float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc);
-typedef struct af_isa_info { af_uk_fn uk; int64_t mr, nr; const char *name; } af_isa_info;
+typedef void (*af_uk16_fn)(int64_t kc, const float *restrict A, int64_t rs, int64_t cs, const uint16_t *restrict B,
+                           float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc);
+/* dst[0..n) = src[0..n) widened from f16 / bf16 bits to f32, exactly. */
+typedef void (*af_widen_fn)(const uint16_t *restrict src, float *restrict dst, int64_t n);
+typedef struct af_isa_info {
+    af_uk_fn uk;
+    af_uk16_fn uk_f16, uk_bf16;
+    af_widen_fn widen_f16, widen_bf16;
+    int64_t mr, nr;
+    const char *name;
+} af_isa_info;
 #define AF_MR_MAX 8
 #define AF_NR_MAX 32
+/* Element types of a packed B. */
+#define AF_B_F32 0
+#define AF_B_F16 1
+#define AF_B_BF16 2
 /* Row i of A for a tile of mr valid rows. */
 #define AF_AROW(i) (A + ((i) < mr ? (i) : mr - 1) * rs)
+/* The three entry points of a micro-kernel body `base##_t` (same parameters, then the B type). */
+#define AF_UK_ENTRIES(attr, base)                                                                                      \
+    attr static void base(int64_t kc, const float *restrict A, int64_t rs, int64_t cs, const float *restrict B,        \
+                          float *restrict C, int64_t ldc, int64_t mr, int64_t nr, int acc) {                           \
+        base##_t(kc, A, rs, cs, B, C, ldc, mr, nr, acc, AF_B_F32);                                                     \
+    }                                                                                                                  \
+    attr static void base##_f16(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,                           \
+                                const uint16_t *restrict B, float *restrict C, int64_t ldc, int64_t mr, int64_t nr,   \
+                                int acc) {                                                                             \
+        base##_t(kc, A, rs, cs, B, C, ldc, mr, nr, acc, AF_B_F16);                                                     \
+    }                                                                                                                  \
+    attr static void base##_bf16(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,                          \
+                                 const uint16_t *restrict B, float *restrict C, int64_t ldc, int64_t mr, int64_t nr,  \
+                                 int acc) {                                                                            \
+        base##_t(kc, A, rs, cs, B, C, ldc, mr, nr, acc, AF_B_BF16);                                                    \
+    }
 
-__attribute__((unused)) static void af_uk_portable(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,
-                                                   const float *restrict B, float *restrict C, int64_t ldc, int64_t mr,
-                                                   int64_t nr, int acc) {
-    float c[4][16];
+/* The f16 and bf16 entry points of a widening body `base##_t` (source, destination, count, type). */
+#define AF_WIDEN_ENTRIES(attr, base)                                                                                   \
+    attr static void base##_f16(const uint16_t *restrict s, float *restrict d, int64_t n) {                           \
+        base##_t(s, d, n, AF_B_F16);                                                                                   \
+    }                                                                                                                  \
+    attr static void base##_bf16(const uint16_t *restrict s, float *restrict d, int64_t n) {                          \
+        base##_t(s, d, n, AF_B_BF16);                                                                                  \
+    }
+
+/* Element i of a packed B of type bt, widened to f32. */
+static inline __attribute__((always_inline)) float af_b_at(const void *restrict B, int64_t i, int bt) {
+    if (bt == AF_B_F32) return ((const float *)B)[i];
+    const uint16_t h = ((const uint16_t *)B)[i];
+    return bt == AF_B_F16 ? af_h2f(h) : af_bf2f(h);
+}
+static inline __attribute__((always_inline)) void af_uk_portable_t(int64_t kc, const float *restrict A, int64_t rs,
+                                                                    int64_t cs, const void *restrict B,
+                                                                    float *restrict C, int64_t ldc, int64_t mr,
+                                                                    int64_t nr, int acc, int bt) {
+    float c[4][16], b[16];
     memset(c, 0, sizeof c);
     const float *a[4] = {AF_AROW(0), AF_AROW(1), AF_AROW(2), AF_AROW(3)};
     for (int64_t k = 0; k < kc; ++k) {
-        const float *restrict b = B + k * 16;
+        for (int j = 0; j < 16; ++j) b[j] = af_b_at(B, k * 16 + j, bt);
         for (int i = 0; i < 4; ++i) {
             const float x = a[i][k * cs];
             for (int j = 0; j < 16; ++j) c[i][j] += x * b[j];
@@ -193,21 +246,39 @@ __attribute__((unused)) static void af_uk_portable(int64_t kc, const float *rest
     for (int64_t i = 0; i < mr; ++i)
         for (int64_t j = 0; j < nr; ++j) C[i * ldc + j] = acc ? C[i * ldc + j] + c[i][j] : c[i][j];
 }
+AF_UK_ENTRIES(__attribute__((unused)), af_uk_portable)
+static inline __attribute__((always_inline)) void af_widen_portable_t(const uint16_t *restrict s, float *restrict d,
+                                                                       int64_t n, int bt) {
+    for (int64_t i = 0; i < n; ++i) d[i] = af_b_at(s, i, bt);
+}
+AF_WIDEN_ENTRIES(__attribute__((unused)), af_widen_portable)
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define AF_HAVE_X86 1
+#define AF_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+/* Eight elements of a packed B from element i, widened to f32. */
+static inline __attribute__((always_inline)) AF_TARGET_AVX2 __m256 af_b8(const void *restrict B, int64_t i, int bt) {
+    if (bt == AF_B_F32) return _mm256_loadu_ps((const float *)B + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)B + i));
+    if (bt == AF_B_F16) return _mm256_cvtph_ps(h);
+    /* bf16: the bits shifted up, NaNs quieted as af_bf2f does */
+    const __m256i f = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(f, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    return _mm256_castsi256_ps(_mm256_or_si256(f, _mm256_and_si256(nan, _mm256_set1_epi32(0x00400000))));
+}
 /* AVX2 + FMA: 6 x 16 tile, 12 ymm accumulators. */
 #define AF_UK256_ROW(i) \
     x = _mm256_broadcast_ss(a##i + o); c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);
-__attribute__((target("avx2,fma"), unused)) static void af_uk_avx2(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,
-                                                                   const float *restrict B, float *restrict C, int64_t ldc,
-                                                                   int64_t mr, int64_t nr, int acc) {
+static inline __attribute__((always_inline)) AF_TARGET_AVX2 void af_uk_avx2_t(int64_t kc, const float *restrict A, int64_t rs,
+                                                                               int64_t cs, const void *restrict B,
+                                                                               float *restrict C, int64_t ldc, int64_t mr,
+                                                                               int64_t nr, int acc, int bt) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     const float *a0 = AF_AROW(0), *a1 = AF_AROW(1), *a2 = AF_AROW(2), *a3 = AF_AROW(3), *a4 = AF_AROW(4), *a5 = AF_AROW(5);
     for (int64_t k = 0; k < kc; ++k) {
-        const __m256 b0 = _mm256_loadu_ps(B + k * 16), b1 = _mm256_loadu_ps(B + k * 16 + 8);
+        const __m256 b0 = af_b8(B, k * 16, bt), b1 = af_b8(B, k * 16 + 8, bt);
         const int64_t o = k * cs;
         __m256 x;
         AF_UK256_ROW(0) AF_UK256_ROW(1) AF_UK256_ROW(2) AF_UK256_ROW(3) AF_UK256_ROW(4) AF_UK256_ROW(5)
@@ -231,29 +302,49 @@ __attribute__((target("avx2,fma"), unused)) static void af_uk_avx2(int64_t kc, c
     }
 }
 #undef AF_UK256_ROW
+AF_UK_ENTRIES(__attribute__((unused)) AF_TARGET_AVX2, af_uk_avx2)
+static inline __attribute__((always_inline)) AF_TARGET_AVX2 void af_widen_avx2_t(const uint16_t *restrict s, float *restrict d,
+                                                                                  int64_t n, int bt) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, af_b8(s, i, bt));
+    for (; i < n; ++i) d[i] = af_b_at(s, i, bt);
+}
+AF_WIDEN_ENTRIES(__attribute__((unused)) AF_TARGET_AVX2, af_widen_avx2)
+
+/* Sixteen elements of a packed B from element i, widened to f32 (all AVX-512F). */
+static inline __attribute__((always_inline, target("avx512f"))) __m512 af_b16(const void *restrict B, int64_t i, int bt) {
+    if (bt == AF_B_F32) return _mm512_loadu_ps((const float *)B + i);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)B + i));
+    if (bt == AF_B_F16) return _mm512_cvtph_ps(h);
+    /* bf16: the bits shifted up, NaNs quieted as af_bf2f does */
+    const __m512i f = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(f, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_castsi512_ps(_mm512_mask_or_epi32(f, nan, f, _mm512_set1_epi32(0x00400000)));
+}
 /* AVX-512F: 8 x 32 tile, 16 zmm accumulators; tails stored under a lane mask. */
 #define AF_UK512_ROW(i) \
     x = _mm512_set1_ps(a##i[o]); c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0); c##i##1 = _mm512_fmadd_ps(x, b1, c##i##1);
-__attribute__((target("avx512f"), unused)) static void af_uk_avx512(int64_t kc, const float *restrict A, int64_t rs, int64_t cs,
-                                                                    const float *restrict B, float *restrict C, int64_t ldc,
-                                                                    int64_t mr, int64_t nr, int acc) {
+static inline __attribute__((always_inline, target("avx512f"))) void af_uk_avx512_t(int64_t kc, const float *restrict A, int64_t rs,
+                                                                                    int64_t cs, const void *restrict B,
+                                                                                    float *restrict C, int64_t ldc, int64_t mr,
+                                                                                    int64_t nr, int acc, int bt) {
     if (mr == 1) { /* one row (decode): four k-steps in flight instead of eight idle rows */
         __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
         int64_t k = 0;
         for (; k + 4 <= kc; k += 4) {
-            const float *b = B + k * 32;
-            s0 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(b), s0);
-            s1 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(b + 16), s1);
-            s2 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 1) * cs]), _mm512_loadu_ps(b + 32), s2);
-            s3 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 1) * cs]), _mm512_loadu_ps(b + 48), s3);
-            s4 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 2) * cs]), _mm512_loadu_ps(b + 64), s4);
-            s5 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 2) * cs]), _mm512_loadu_ps(b + 80), s5);
-            s6 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 3) * cs]), _mm512_loadu_ps(b + 96), s6);
-            s7 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 3) * cs]), _mm512_loadu_ps(b + 112), s7);
+            const int64_t b = k * 32;
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), af_b16(B, b, bt), s0);
+            s1 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), af_b16(B, b + 16, bt), s1);
+            s2 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 1) * cs]), af_b16(B, b + 32, bt), s2);
+            s3 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 1) * cs]), af_b16(B, b + 48, bt), s3);
+            s4 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 2) * cs]), af_b16(B, b + 64, bt), s4);
+            s5 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 2) * cs]), af_b16(B, b + 80, bt), s5);
+            s6 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 3) * cs]), af_b16(B, b + 96, bt), s6);
+            s7 = _mm512_fmadd_ps(_mm512_set1_ps(A[(k + 3) * cs]), af_b16(B, b + 112, bt), s7);
         }
         for (; k < kc; ++k) {
-            s0 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(B + k * 32), s0);
-            s1 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), _mm512_loadu_ps(B + k * 32 + 16), s1);
+            s0 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), af_b16(B, k * 32, bt), s0);
+            s1 = _mm512_fmadd_ps(_mm512_set1_ps(A[k * cs]), af_b16(B, k * 32 + 16, bt), s1);
         }
         __m512 r0 = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s4, s6));
         __m512 r1 = _mm512_add_ps(_mm512_add_ps(s1, s3), _mm512_add_ps(s5, s7));
@@ -272,7 +363,7 @@ __attribute__((target("avx512f"), unused)) static void af_uk_avx512(int64_t kc, 
     const float *a0 = AF_AROW(0), *a1 = AF_AROW(1), *a2 = AF_AROW(2), *a3 = AF_AROW(3);
     const float *a4 = AF_AROW(4), *a5 = AF_AROW(5), *a6 = AF_AROW(6), *a7 = AF_AROW(7);
     for (int64_t k = 0; k < kc; ++k) {
-        const __m512 b0 = _mm512_loadu_ps(B + k * 32), b1 = _mm512_loadu_ps(B + k * 32 + 16);
+        const __m512 b0 = af_b16(B, k * 32, bt), b1 = af_b16(B, k * 32 + 16, bt);
         const int64_t o = k * cs;
         __m512 x;
         AF_UK512_ROW(0) AF_UK512_ROW(1) AF_UK512_ROW(2) AF_UK512_ROW(3)
@@ -293,14 +384,29 @@ __attribute__((target("avx512f"), unused)) static void af_uk_avx512(int64_t kc, 
     }
 }
 #undef AF_UK512_ROW
+AF_UK_ENTRIES(__attribute__((unused, target("avx512f"))), af_uk_avx512)
+static inline __attribute__((always_inline, target("avx512f"))) void af_widen_avx512_t(const uint16_t *restrict s,
+                                                                                      float *restrict d, int64_t n, int bt) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, af_b16(s, i, bt));
+    for (; i < n; ++i) d[i] = af_b_at(s, i, bt);
+}
+AF_WIDEN_ENTRIES(__attribute__((unused, target("avx512f"))), af_widen_avx512)
+#undef AF_TARGET_AVX2
 #endif
+#undef AF_UK_ENTRIES
+#undef AF_WIDEN_ENTRIES
 #undef AF_AROW
 
 /* The micro-kernel for this CPU, chosen once (a benign, atomic first-use race). */
 __attribute__((unused)) static af_isa_info af_isa(void) {
-    static const af_isa_info portable = {af_uk_portable, 4, 16, "portable"};
+    static const af_isa_info portable = {af_uk_portable, af_uk_portable_f16, af_uk_portable_bf16,
+                                         af_widen_portable_f16, af_widen_portable_bf16, 4, 16, "portable"};
 #ifdef AF_HAVE_X86
-    static const af_isa_info avx2 = {af_uk_avx2, 6, 16, "avx2"}, avx512 = {af_uk_avx512, 8, 32, "avx512"};
+    static const af_isa_info avx2 = {af_uk_avx2, af_uk_avx2_f16, af_uk_avx2_bf16,
+                                     af_widen_avx2_f16, af_widen_avx2_bf16, 6, 16, "avx2"};
+    static const af_isa_info avx512 = {af_uk_avx512, af_uk_avx512_f16, af_uk_avx512_bf16,
+                                       af_widen_avx512_f16, af_widen_avx512_bf16, 8, 32, "avx512"};
 #endif
     static int chosen = -1;
     int c = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
@@ -308,7 +414,7 @@ __attribute__((unused)) static af_isa_info af_isa(void) {
         c = 0;
 #ifdef AF_HAVE_X86
         __builtin_cpu_init();
-        const int has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        const int has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
         const int has512 = __builtin_cpu_supports("avx512f");
         c = has512 ? 2 : has2 ? 1 : 0;
         const char *want = getenv("AUTOFUSION_ISA");

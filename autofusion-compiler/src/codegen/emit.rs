@@ -111,6 +111,20 @@ impl Code {
         self.indented(body);
         self.line("}")
     }
+    /// `if (cond) { /* note */ then } else { otherwise }`.
+    pub(crate) fn if_else(
+        &mut self,
+        cond: &str,
+        note: &str,
+        then: impl FnOnce(&mut Code),
+        otherwise: impl FnOnce(&mut Code),
+    ) -> &mut Code {
+        self.line(format!("if ({cond}) {{ /* {note} */"));
+        self.indented(then);
+        self.line("} else {");
+        self.indented(otherwise);
+        self.line("}")
+    }
     /// `body` one level deeper, without braces.
     pub(crate) fn indented(&mut self, body: impl FnOnce(&mut Code)) -> &mut Code {
         self.depth += 1;

@@ -159,8 +159,8 @@ AF_CLONES static void k1_return(void *const *bufs, const int64_t *dims, const af
     }
 }
 
-/* k1_return_pack0: B of k1_return (`w1`), packed once per weight tensor as f32 slivers of NR columns (the
- * micro-kernel's B layout); the runtime reruns it only when another tensor is passed. */
+/* k1_return_pack0: B of k1_return (`w1`), packed once per weight tensor as f32 in slivers of NR columns
+ * (the micro-kernel's B layout); the runtime reruns it only when another tensor is passed. */
 AF_CLONES static void k1_return_pack0(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch) {
     (void)dims; (void)scratch;
     const float *restrict in0 = (const float *)bufs[0]; /* w1 */
@@ -264,8 +264,8 @@ AF_CLONES static void k2_return(void *const *bufs, const int64_t *dims, const af
     }
 }
 
-/* k2_return_pack0: B of k2_return (`w2`), packed once per weight tensor as f32 slivers of NR columns (the
- * micro-kernel's B layout); the runtime reruns it only when another tensor is passed. */
+/* k2_return_pack0: B of k2_return (`w2`), packed once per weight tensor as f32 in slivers of NR columns
+ * (the micro-kernel's B layout); the runtime reruns it only when another tensor is passed. */
 AF_CLONES static void k2_return_pack0(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch) {
     (void)dims; (void)scratch;
     const float *restrict in1 = (const float *)bufs[1]; /* w2 */
@@ -306,7 +306,7 @@ static const af_kernel_fn af_kernels[] = {
     k2_return_pack0,
 };
 static const char af_json[] = 
-    "{\"abi\":2,\"graph\":{\"dyn_dims\":[\"S\"],\"name\":\"ffn\",\"nodes\":[{\"dtype\":\"f32\",\"inputs\":[],\"line\":3,\"name\":"
+    "{\"abi\":3,\"graph\":{\"dyn_dims\":[\"S\"],\"name\":\"ffn\",\"nodes\":[{\"dtype\":\"f32\",\"inputs\":[],\"line\":3,\"name\":"
     "\"x\",\"op\":{\"index\":0,\"kind\":\"param\"},\"shape\":[[[[[\"S\",1]],[1,1]]],[[[],[8,1]]]]},{\"dtype\":\"f32\",\"inpu"
     "ts\":[],\"line\":3,\"name\":\"g\",\"op\":{\"index\":1,\"kind\":\"param\"},\"shape\":[[[[],[8,1]]]]},{\"dtype\":\"f32\",\"i"
     "nputs\":[],\"line\":3,\"name\":\"w1\",\"op\":{\"index\":2,\"kind\":\"param\"},\"shape\":[[[[],[8,1]]],[[[],[16,1]]]]}"
@@ -332,16 +332,17 @@ static const char af_json[] =
     "fers\":[0,1,11],\"n_inputs\":2,\"name\":\"k0_h\",\"ops\":\"h: mul reduce_mean add rsqrt mul mul\",\"packs\":[],\"w"
     "ork\":{\"kind\":\"rows\",\"n\":[[[],[8,1]]],\"row_buffers\":0,\"rows\":[[[[\"S\",1]],[1,1]]]}},{\"buffers\":[2,3,11"
     ",14],\"n_inputs\":3,\"name\":\"k1_return\",\"ops\":\"return: matmul add silu\",\"packs\":[{\"batch\":[[[],[1,1]]],"
-    "\"func\":\"k1_return_pack0\",\"k\":[[[],[8,1]]],\"n\":[[[],[16,1]]],\"param\":2}],\"work\":{\"batch\":[[[],[1,1]]]"
-    ",\"k\":[[[],[8,1]]],\"kind\":\"matmul\",\"m\":[[[[\"S\",1]],[1,1]]],\"n\":[[[],[16,1]]]}},{\"buffers\":[0,4,14,16]"
-    ",\"n_inputs\":3,\"name\":\"k2_return\",\"ops\":\"return: matmul add\",\"packs\":[{\"batch\":[[[],[1,1]]],\"func\":\"k"
-    "2_return_pack0\",\"k\":[[[],[16,1]]],\"n\":[[[],[8,1]]],\"param\":4}],\"work\":{\"batch\":[[[],[1,1]]],\"k\":[[[]"
-    ",[16,1]]],\"kind\":\"matmul\",\"m\":[[[[\"S\",1]],[1,1]]],\"n\":[[[],[8,1]]]}}],\"pipeline\":false,\"summary\":[\"["
-    "INFO] Graph `ffn`: found 11 operators, 11 fusion candidates.\",\"[INFO] Estimated benefit: 0.1 MB memo"
-    "ry traffic saved, 8 launches saved, 0.003 ms faster (0.042 ms -> 0.039 ms on `host`).\",\"[INFO] Fused"
-    " 11 operators into 3 kernels (3 of them fuse two or more operators; the others run one operator each"
-    ").\"],\"variant\":\"fused\"}";
+    "\"batch_dims\":[],\"dtype\":\"f32\",\"func\":\"k1_return_pack0\",\"k\":[[[],[8,1]]],\"n\":[[[],[16,1]]],\"offset\":["
+    "],\"param\":2,\"strides\":[[[[],[16,1]]],[[[],[1,1]]]]}],\"work\":{\"batch\":[[[],[1,1]]],\"k\":[[[],[8,1]]],\""
+    "kind\":\"matmul\",\"m\":[[[[\"S\",1]],[1,1]]],\"n\":[[[],[16,1]]]}},{\"buffers\":[0,4,14,16],\"n_inputs\":3,\"name"
+    "\":\"k2_return\",\"ops\":\"return: matmul add\",\"packs\":[{\"batch\":[[[],[1,1]]],\"batch_dims\":[],\"dtype\":\"f32"
+    "\",\"func\":\"k2_return_pack0\",\"k\":[[[],[16,1]]],\"n\":[[[],[8,1]]],\"offset\":[],\"param\":4,\"strides\":[[[[],"
+    "[8,1]]],[[[],[1,1]]]]}],\"work\":{\"batch\":[[[],[1,1]]],\"k\":[[[],[16,1]]],\"kind\":\"matmul\",\"m\":[[[[\"S\",1"
+    "]],[1,1]]],\"n\":[[[],[8,1]]]}}],\"pipeline\":false,\"summary\":[\"[INFO] Graph `ffn`: found 11 operators, "
+    "11 fusion candidates.\",\"[INFO] Estimated benefit: 0.1 MB memory traffic saved, 8 launches saved, 0.0"
+    "03 ms faster (0.042 ms -> 0.039 ms on `host`).\",\"[INFO] Fused 11 operators into 3 kernels (3 of them"
+    " fuse two or more operators; the others run one operator each).\"],\"variant\":\"fused\"}";
 const af_module *af_ffn_978802ae8b568f8d_fused(void) {
-    static const af_module m = {2, (uint32_t)sizeof(af_tiling), af_json, sizeof(af_json) - 1, af_kernels, 5};
+    static const af_module m = {3, (uint32_t)sizeof(af_tiling), af_json, sizeof(af_json) - 1, af_kernels, 5};
     return &m;
 }

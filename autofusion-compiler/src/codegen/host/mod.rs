@@ -117,9 +117,17 @@ impl Emitter<'_> {
     /// `read` at row `r0 + inner` of the space, where the row prologue was emitted for row
     /// `r0` and `inner` only moves the second-to-last index (the row within one matrix).
     fn read_inner(&self, sp: &Space, v: NodeId, inner: &str, col: &str) -> String {
+        self.move_row(sp, v, inner, self.read(sp, v, col))
+    }
+    /// `read_inner` of a 16-bit value as its bits.
+    fn read_inner_bits(&self, sp: &Space, v: NodeId, inner: &str, col: &str) -> String {
+        self.move_row(sp, v, inner, self.read_bits(sp, v, col))
+    }
+    /// A read of `v` at row `r0`, moved to row `r0 + inner`.
+    fn move_row(&self, sp: &Space, v: NodeId, inner: &str, read: String) -> String {
         let a = sp.accesses[&v];
         let rank = sp.shape.len();
-        self.read(sp, v, col).replace(
+        read.replace(
             &format!("ac{a}_row"),
             &format!("(ac{a}_row + ({inner}) * ac{a}_s{})", rank - 2),
         )
@@ -130,10 +138,17 @@ impl Emitter<'_> {
         self.col_stride.get(&sp.accesses[&v]) != Some(&1)
     }
     fn read(&self, sp: &Space, v: NodeId, col: &str) -> String {
+        self.read_as(sp, v, col, self.g.node(v).dtype)
+    }
+    /// `read` of a 16-bit value as its bits (`uint16_t`), not widened.
+    fn read_bits(&self, sp: &Space, v: NodeId, col: &str) -> String {
+        self.read_as(sp, v, col, DType::F32)
+    }
+    /// `read` with the value loaded as `d` (F32: the element as stored).
+    fn read_as(&self, sp: &Space, v: NodeId, col: &str, d: DType) -> String {
         let a = sp.accesses[&v];
         let rank = sp.shape.len();
         let b = self.buf[&resolve(self.g, v).base];
-        let d = self.g.node(v).dtype;
         let idx = match self.col_stride.get(&a) {
             Some(0) => format!("ac{a}_row"),
             Some(1) => format!("ac{a}_row + ({col})"),
@@ -580,8 +595,8 @@ struct MatmulPart {
     spa: Space,
     spb: Space,
     spo: Space,
-    /// The `bufs` slot of B when it is packed once per weight tensor.
-    packed: Option<usize>,
+    /// The `bufs` slot of B and its element type when it is packed once per weight tensor.
+    packed: Option<(usize, DType)>,
     /// A is read in place by the micro-kernel (no packing).
     a_direct: bool,
 }
@@ -615,7 +630,7 @@ fn matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>) -> 
     // B read from a parameter (a weight) is packed once per tensor by a pack function the
     // runtime runs (see `abi::PackMeta`); any other B is packed here, one sliver at a time.
     let packed = matches!(g.node(resolve(g, b_in).base).op, Op::Param { .. })
-        .then(|| pack_b(em, &b_shape, b_in));
+        .then(|| (pack_b(em, &b_shape, b_in), g.node(b_in).dtype));
     if packed.is_none() {
         em.access(&mut spb, b_in);
     }
@@ -674,8 +689,13 @@ fn matmul_setup(em: &Emitter, mp: &MatmulPart, c: &mut Code) {
     c.line("const int64_t MC = t->mc, NC = t->nc, KC = t->kc;");
     c.line("const af_isa_info isa = af_isa();");
     c.line("const int64_t MR = isa.mr, NR = isa.nr;");
-    if let Some(slot) = mp.packed {
-        c.line(format!("const float *restrict Bpk = (const float *)bufs[{slot}]; /* B, packed once per weight tensor */"));
+    if let Some((slot, dt)) = mp.packed {
+        let (t, what) = match dt {
+            DType::F32 => ("float", "B"),
+            DType::F16 => ("uint16_t", "B (f16 bits)"),
+            DType::BF16 => ("uint16_t", "B (bf16 bits)"),
+        };
+        c.line(format!("const {t} *restrict Bpk = (const {t} *)bufs[{slot}]; /* {what}, packed once per weight tensor */"));
         c.line("const int64_t nsl = (N + NR - 1) / NR;");
     }
     c.line("float *Ap = scratch, *Ar = Ap + (MC + AF_MR_MAX) * KC, *Bs = Ar + KC, *Cc = Bs + KC * AF_NR_MAX;");
@@ -709,21 +729,46 @@ fn k_blocks(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>, c: &mut C
             c.line("const int64_t nr = af_min64(NR, nlen - jr);");
             if mp.packed.is_some() {
                 // NC is a multiple of NR_MAX (or N has one tile), so n0 + jr starts a sliver.
-                c.line("const float *restrict bsl = Bpk + ((bi * nsl + (n0 + jr) / NR) * K + k0) * NR;");
+                let t = ctype(mp.packed.map_or(DType::F32, |p| p.1));
+                c.line(format!("const {t} *restrict bsl = Bpk + ((bi * nsl + (n0 + jr) / NR) * K + k0) * NR;"));
             } else {
                 c.line("/* pack one sliver of B */");
-                b_sliver(em, &mp.spb, mp.b_in, ("k0", "klen"), "n0 + jr", "Bs", c);
+                b_sliver(em, &mp.spb, mp.b_in, ("k0", "klen"), "n0 + jr", "Bs", false, c);
             }
-            let bsrc = if mp.packed.is_some() { "bsl" } else { "Bs" };
             let asrc =
                 if mp.a_direct { "Ab + ir * lda + k0, lda, 1" } else { "Ap + ir * klen, 1, MR" };
-            nested_loops(
-                c,
-                &["for (int64_t ir = 0; ir < mlen; ir += MR)"],
-                &format!("isa.uk(klen, {asrc}, {bsrc}, Cc + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);"),
-            );
+            let tiles = "for (int64_t ir = 0; ir < mlen; ir += MR)";
+            let call = |uk: &str, b: &str| format!("isa.{uk}(klen, {asrc}, {b}, Cc + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);");
+            match mp.packed {
+                None => nested_loops(c, &[tiles], &call("uk", "Bs")),
+                Some((_, DType::F32)) => nested_loops(c, &[tiles], &call("uk", "bsl")),
+                Some((_, dt)) => widen_or_direct(dt, tiles, &call, c),
+            }
         });
     });
+}
+
+/// The micro-kernel calls on a sliver of a 16-bit weight: several row tiles reuse the sliver,
+/// so it is widened once into `Bs` for the f32 kernel; a single tile (decode) lets the kernel
+/// widen B as it loads it, reading half the bytes.
+fn widen_or_direct(dt: DType, tiles: &str, call: &dyn Fn(&str, &str) -> String, c: &mut Code) {
+    let (uk16, widen) = match dt {
+        DType::F16 => ("uk_f16", "widen_f16"),
+        _ => ("uk_bf16", "widen_bf16"),
+    };
+    let note = "widen the sliver once for the row tiles that share it";
+    c.if_else(
+        "mlen > MR",
+        note,
+        |c| {
+            c.line(format!("isa.{widen}(bsl, Bs, klen * NR);"));
+            nested_loops(c, &[tiles], &call("uk", "Bs"));
+        },
+        |c| {
+            c.line("const int64_t ir = 0; /* one row tile */");
+            c.line(call(uk16, "bsl"));
+        },
+    );
 }
 
 /// The loop packing the block of A in slivers of MR rows, with the prologue applied per row.
@@ -789,6 +834,9 @@ fn store_c(
 /// Code writing rows `k0 .. k0 + klen` of B's NR columns from `col0` into the sliver `dst`
 /// (`dst[k * NR + j]`, columns past `nr` zero), in the space `sp` of B (batch + [K, N], row
 /// index `bi * K + k`). A transposed view is walked column by column, K inside (along memory).
+/// With `bits`, a 16-bit B is copied as its bits into a `uint16_t` sliver (zero is +0 there
+/// too); otherwise the sliver is f32.
+#[allow(clippy::too_many_arguments)]
 fn b_sliver(
     em: &Emitter,
     sp: &Space,
@@ -796,33 +844,35 @@ fn b_sliver(
     (k0, klen): (&str, &str),
     col0: &str,
     dst: &str,
+    bits: bool,
     c: &mut Code,
 ) {
     let k = if k0 == "0" { "k".to_string() } else { format!("{k0} + k") };
+    let (t, zero) = if bits { ("uint16_t", "0") } else { ("float", "0.0f") };
     if em.strided_cols(sp, b) {
         em.row_prologue(sp, "bi * K", c);
+        let (kk, col) = (k.as_str(), format!("{col0} + j"));
+        let value =
+            if bits { em.read_inner_bits(sp, b, kk, &col) } else { em.read_inner(sp, b, kk, &col) };
         c.block("for (int64_t j = 0; j < NR; ++j)", |c| {
-            c.line(format!("if (j >= nr) {{ for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = 0.0f; continue; }}"));
-            c.line(format!(
-                "for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = {};",
-                em.read_inner(sp, b, &k, &format!("{col0} + j"))
-            ));
+            c.line(format!("if (j >= nr) {{ for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = {zero}; continue; }}"));
+            c.line(format!("for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = {value};"));
         });
     } else {
+        let col = format!("{col0} + j");
+        let value = if bits { em.read_bits(sp, b, &col) } else { em.read(sp, b, &col) };
         c.block(format!("for (int64_t k = 0; k < {klen}; ++k)"), |c| {
             em.row_prologue(sp, &format!("bi * K + {k}"), c);
-            c.line(format!("float *restrict row = {dst} + k * NR;"));
-            c.line(format!(
-                "for (int64_t j = 0; j < nr; ++j) row[j] = {};",
-                em.read(sp, b, &format!("{col0} + j"))
-            ));
-            c.line("for (int64_t j = nr; j < NR; ++j) row[j] = 0.0f;");
+            c.line(format!("{t} *restrict row = {dst} + k * NR;"));
+            c.line(format!("for (int64_t j = 0; j < nr; ++j) row[j] = {value};"));
+            c.line(format!("for (int64_t j = nr; j < NR; ++j) row[j] = {zero};"));
         });
     }
 }
 
 /// The pack function of matmul operand `b_in` (shape `b_shape` = batch + [K, N]), read from a
-/// parameter: appended to `em.packs`; returns the `bufs` slot the kernel finds it in.
+/// parameter: appended to `em.packs`; returns the `bufs` slot the kernel finds it in. The
+/// packed elements keep the parameter's dtype (a 16-bit weight is copied as its bits).
 fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
     let g = em.g;
     let j = em.packs.len();
@@ -835,14 +885,15 @@ fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
     let mut sp = Space { tag: "b", shape: b_shape.clone(), accesses: BTreeMap::new() };
     pe.access(&mut sp, b_in);
     let b = em.buf[&param];
-    let t = ctype(g.node(param).dtype);
+    let dtype = g.node(param).dtype;
+    let (t, bits) = (ctype(dtype), dtype != DType::F32);
     let mut head = Code::at_depth(1);
     head.line("(void)dims; (void)scratch;");
     head.line(format!(
         "const {t} *restrict in{b} = (const {t} *)bufs[{b}]; /* {} */",
         g.node(param).name
     ));
-    head.line(format!("float *restrict dst = (float *)bufs[{slot}];"));
+    head.line(format!("{t} *restrict dst = ({t} *)bufs[{slot}];"));
     let mut body = Code::at_depth(1);
     body.line(format!(
         "const int64_t BATCH = {}, K = {}, N = {};",
@@ -858,14 +909,15 @@ fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
         c.line("const int64_t bi = gi / ng, c0 = (gi % ng) * AF_NR_MAX, c1 = af_min64(N, c0 + AF_NR_MAX);");
         c.block("for (int64_t j0 = c0; j0 < c1; j0 += NR)", |c| {
             c.line("const int64_t nr = af_min64(NR, N - j0);");
-            c.line("float *restrict ds = dst + (bi * nsl + j0 / NR) * K * NR;");
-            b_sliver(&pe, &sp, b_in, ("0", "K"), "j0", "ds", c);
+            c.line(format!("{t} *restrict ds = dst + (bi * nsl + j0 / NR) * K * NR;"));
+            b_sliver(&pe, &sp, b_in, ("0", "K"), "j0", "ds", bits, c);
         });
     });
     let mut c = Code::new();
-    c.line(format!("/* {func}: B of {} (`{}`), packed once per weight tensor as f32 slivers of NR columns (the", em.kname, g.node(param).name));
+    let elems = if bits { format!("{} bits", dtype.name()) } else { "f32".into() };
+    c.line(format!("/* {func}: B of {} (`{}`), packed once per weight tensor as {elems} in slivers of NR columns", em.kname, g.node(param).name));
     c.line(
-        " * micro-kernel's B layout); the runtime reruns it only when another tensor is passed. */",
+        " * (the micro-kernel's B layout); the runtime reruns it only when another tensor is passed. */",
     );
     c_function(
         &mut c,
@@ -873,10 +925,21 @@ fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
         &[&head, &pe.decls, &body],
     );
     c.line("");
-    em.packs.push((
-        PackMeta { func, param, batch, k: b_shape[r - 2].clone(), n: b_shape[r - 1].clone() },
-        c.finish(),
-    ));
+    // What the packed copy holds, so the runtime can share it between kernels and modules.
+    let view = resolve(g, b_in);
+    let strides = crate::layout::space_strides(&view, &g.node(b_in).shape, r);
+    let meta = PackMeta {
+        func,
+        param,
+        dtype,
+        batch,
+        k: b_shape[r - 2].clone(),
+        n: b_shape[r - 1].clone(),
+        batch_dims: b_shape[..r - 2].to_vec(),
+        offset: view.offset,
+        strides,
+    };
+    em.packs.push((meta, c.finish()));
     slot
 }
 
