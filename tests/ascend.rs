@@ -12,31 +12,11 @@ mod layers;
 use autofusion::{Device, Tensor};
 use autofusion_compiler::codegen::ascend::Ascend;
 use autofusion_compiler::front::Options;
-use autofusion_compiler::plan::{Rule, RuleSet};
 use autofusion_compiler::{target::Target, Unit, Variant};
 use std::path::PathBuf;
 
 /// Tails and a single row; 100 spreads rows unevenly over the 48 AIVs.
 const SHAPES: [i64; 3] = [1, 7, 100];
-
-fn configs() -> Vec<(String, u8, RuleSet)> {
-    let mut v: Vec<(String, u8, RuleSet)> =
-        (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
-    // (qkv_horizontal is not applied on Ascend: the Ascend backend's unsupported_rules.)
-    for r in Rule::ALL
-        .iter()
-        .filter(|r| r.implemented() && !matches!(**r, Rule::Pipeline | Rule::QkvHorizontal))
-    {
-        let mut s = RuleSet::none();
-        s.insert(*r);
-        v.push((
-            format!("opt_level {}, rules = [{}]", r.min_opt_level().max(2), r.name()),
-            r.min_opt_level().max(2),
-            s,
-        ));
-    }
-    v
-}
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ascend")
@@ -70,7 +50,7 @@ fn every_layer_graph_matches_the_reference_on_ascend() {
             })
             .collect();
         let mut seen = std::collections::BTreeSet::new();
-        for (label, level, rules) in configs() {
+        for (label, level, rules) in common::ascend_configs() {
             let opts = Options { opt_level: level, rules, ..base.clone() };
             let unit = Unit::with_options(opts, &item).unwrap();
             // Plans that generate the same code are built once.

@@ -687,7 +687,8 @@ void matmul_client_quit() noexcept
     L.bump();
 }
 
-void run_kernel(const char* name, int ktype, uint32_t numBlocks, void* stream, const std::function<void()>& body)
+void run_kernel(const char* name, int ktype, uint32_t numBlocks, void* stream, uint8_t* kfcWorkspace,
+                const std::function<void()>& body)
 {
     Stream* s = resolve_stream(stream);
     if (s == nullptr) {
@@ -718,6 +719,7 @@ void run_kernel(const char* name, int ktype, uint32_t numBlocks, void* stream, c
     L.ktype = ktype;
     L.numBlocks = numBlocks;
     build_cores(L);
+    for (auto& c : L.cores) c->kfcWorkspace = kfcWorkspace;
     L.running = static_cast<int>(L.cores.size());
     std::vector<std::thread> threads;
     threads.reserve(L.cores.size());

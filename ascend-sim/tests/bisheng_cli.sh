@@ -34,10 +34,9 @@ __global__ __vector__ void scale(GM_ADDR x, T s)
 }
 } // namespace ops
 
-/* the type comes from KERNEL_TASK_TYPE_DEFAULT in the body; "<<<" in a string or comment is not a launch */
-extern "C" __global__ __aicore__ void ratio(GM_ADDR out)
+/* two kernels in one file: each carries its type; "<<<" in a string or comment is not a launch */
+extern "C" __global__ __mix__(1, 2) void ratio(GM_ADDR out)
 {
-    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
     const char* text = "k<<<1, 0, s>>>()"; // k<<<1, 0, s>>>()
     (void)text;
     GlobalTensor<int32_t> g;
@@ -125,6 +124,22 @@ void host(void* s)
 EOF
 if "$BISHENG" -c notype.asc -o n.o >out.txt 2>&1; then bad "missing kernel type accepted"; else ok; fi
 expect_grep "missing type" out.txt "notype.asc:5: error: ascend-sim bisheng: cannot determine the kernel type of 'untyped'"
+
+# KERNEL_TASK_TYPE_DEFAULT gives the type only when the file defines a single kernel
+cat > single.asc <<'EOF'
+#include "kernel_operator.h"
+extern "C" __global__ __aicore__ void only(GM_ADDR x) { KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY); (void)x; }
+void host(void* s) { only<<<1, nullptr, s>>>(nullptr); }
+EOF
+if "$BISHENG" -c single.asc -o s.o >out.txt 2>&1; then ok; else bad "KERNEL_TASK_TYPE_DEFAULT in a one-kernel file rejected"; cat out.txt; fi
+cat > several.asc <<'EOF'
+#include "kernel_operator.h"
+extern "C" __global__ __vector__ void first(GM_ADDR x) { (void)x; }
+extern "C" __global__ __aicore__ void second(GM_ADDR x) { KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY); (void)x; }
+void host(void* s) { first<<<1, nullptr, s>>>(nullptr); second<<<1, nullptr, s>>>(nullptr); }
+EOF
+if "$BISHENG" -c several.asc -o v.o >out.txt 2>&1; then bad "KERNEL_TASK_TYPE_DEFAULT accepted in a file of several kernels"; else
+  expect_grep "several kernels" out.txt "defines several __global__ functions"; fi
 
 cat > conflict.asc <<'EOF'
 #include "kernel_operator.h"

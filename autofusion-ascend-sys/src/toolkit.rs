@@ -96,6 +96,14 @@ fn probe(root: &Path, found_by: &str, soc: &str, arch: &'static str) -> Result<T
     } else {
         return Err("neither asc/include/basic_api (new flow) nor compiler/tikcpp/tikcfw (legacy flow) exists".into());
     };
+    // Checked here, not at the link: without it the failure is the linker's `unable to find
+    // library -lascendcl` deep in a build script (the emulation's library is built by make).
+    if !root.join("lib64/libascendcl.so").is_file() {
+        return Err(
+            "no lib64/libascendcl.so (for the project's emulation: run `make -C ascend-sim` first)"
+                .into(),
+        );
+    }
     Ok(Toolkit {
         root: root.to_path_buf(),
         found_by: found_by.into(),
@@ -284,6 +292,8 @@ mod tests {
         let bin = if new { "tools/bisheng_compiler/bin" } else { "compiler/ccec_compiler/bin" };
         std::fs::create_dir_all(root.join(bin)).unwrap();
         std::fs::write(root.join(bin).join("bisheng"), "").unwrap();
+        std::fs::create_dir_all(root.join("lib64")).unwrap();
+        std::fs::write(root.join("lib64/libascendcl.so"), "").unwrap();
         std::fs::create_dir_all(root.join(if new {
             "asc/include/basic_api"
         } else {
@@ -352,5 +362,15 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.contains("Ascend310P3") && e.contains("Ascend910B2"), "{e}");
+    }
+
+    #[test]
+    fn a_toolkit_without_its_library_says_what_to_run() {
+        let root = tmp("nolib");
+        fake(&root, true);
+        std::fs::remove_file(root.join("lib64/libascendcl.so")).unwrap();
+        let r = root.display().to_string();
+        let e = Toolkit::find_with(&|n| (n == "ASCEND_HOME_PATH").then(|| r.clone())).unwrap_err();
+        assert!(e.contains("no lib64/libascendcl.so") && e.contains("make -C ascend-sim"), "{e}");
     }
 }

@@ -224,11 +224,21 @@ fn ascend_items(glue: &Glue) -> (proc_macro2::TokenStream, proc_macro2::TokenStr
         "graph `{name}` has no Ascend build output: the `ascend` feature of autofusion is on, but build.rs did not build Ascend kernels; give the package an `ascend` feature that enables `autofusion/ascend` (build.rs sees CARGO_FEATURE_ASCEND), or call `Builder::ascend(true)`"
     );
     let items = quote! {
-        const _: () = match ::core::option_env!(#env_a) {
-            ::core::option::Option::None => ::core::panic!(#no_ascend),
-            ::core::option::Option::Some(__h) => {
-                if !::autofusion::__private::str_eq(__h, #hash) {
-                    ::core::panic!(#stale)
+        // Checked only once the host output is there and current: otherwise the host check
+        // has already said what is wrong, and one error is enough.
+        const _: () = {
+            let __host = match ::core::option_env!(#env) {
+                ::core::option::Option::Some(__h) => ::autofusion::__private::str_eq(__h, #hash),
+                ::core::option::Option::None => false,
+            };
+            if __host {
+                match ::core::option_env!(#env_a) {
+                    ::core::option::Option::None => ::core::panic!(#no_ascend),
+                    ::core::option::Option::Some(__h) => {
+                        if !::autofusion::__private::str_eq(__h, #hash) {
+                            ::core::panic!(#stale)
+                        }
+                    }
                 }
             }
         };

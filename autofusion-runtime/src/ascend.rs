@@ -13,7 +13,7 @@
 use crate::error::{Error, Result};
 use crate::exec::bind_inputs;
 use crate::tensor::Tensor;
-use crate::tiling::{choose_ascend, AscendLaunch, AscendTiling, ASCEND_AIV, ASCEND_SYS_WORKSPACE};
+use crate::tiling::{choose_ascend, AscendCores, AscendLaunch, AscendTiling, ASCEND_SYS_WORKSPACE};
 use autofusion_ir::abi::ASCEND_MAX_DIMS;
 use autofusion_ir::ir::{Graph, NodeId};
 use autofusion_ir::meta::AscendMeta;
@@ -98,6 +98,40 @@ fn use_device(device: u32) -> Result<()> {
 /// Check that `device` is usable (initialises ACL and binds the device to this thread).
 pub fn check_device(device: u32) -> Result<()> {
     use_device(device)
+}
+
+/// The cube and vector cores of `device`, asked of AscendCL once (`aclGetDeviceCapability`,
+/// `ACL_DEVICE_INFO_AI_CORE_NUM` / `ACL_DEVICE_INFO_VECTOR_CORE_NUM`, acl_base_rt.h): the
+/// 910B SKUs differ (24 cube cores on a 910B2, 20 on a 910B3 / B4), and a launch of more blocks
+/// than the chip has hangs in `SyncAll`.
+fn device_cores(device: u32) -> Result<AscendCores> {
+    static CORES: OnceCell<Mutex<HashMap<u32, AscendCores>>> = OnceCell::new();
+    let cache = CORES.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(c) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&device) {
+        return Ok(*c);
+    }
+    use_device(device)?;
+    let ask = |info: sys::aclDeviceInfo, what: &str| -> Result<i64> {
+        let mut v = 0i64;
+        // SAFETY: plain out-parameter; the device was made current above.
+        check(device, what, unsafe { sys::aclGetDeviceCapability(device, info, &mut v) })?;
+        Ok(v)
+    };
+    let aic =
+        ask(sys::aclDeviceInfo_ACL_DEVICE_INFO_AI_CORE_NUM, "aclGetDeviceCapability(AI_CORE_NUM)")?;
+    let aiv = ask(
+        sys::aclDeviceInfo_ACL_DEVICE_INFO_VECTOR_CORE_NUM,
+        "aclGetDeviceCapability(VECTOR_CORE_NUM)",
+    )?;
+    if aic < 1 || aiv < 2 {
+        return Err(Error::Device {
+            device: device_name(device),
+            msg: format!("AscendCL reports {aic} cube and {aiv} vector cores; mix 1:2 kernels need at least 1 and 2"),
+        });
+    }
+    let cores = AscendCores { aic, aiv };
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(device, cores);
+    Ok(cores)
 }
 
 /// Device memory (freed on drop).
@@ -212,13 +246,17 @@ impl Drop for DevState {
     }
 }
 
+/// What an Ascend launch plan depends on: the device's cores and the bound dims.
+type PlanKey = (AscendCores, Vec<i64>);
+
 /// A loaded Ascend graph variant.
 pub struct AscendModule {
     symbol: String,
     graph: Graph,
     meta: AscendMeta,
     launch: LaunchFn,
-    plans: Mutex<HashMap<Vec<i64>, Arc<AscendPlan>>>,
+    /// Launch plans by the device's cores and the bound dims.
+    plans: Mutex<HashMap<PlanKey, Arc<AscendPlan>>>,
     devices: Mutex<HashMap<u32, DevState>>,
 }
 
@@ -272,17 +310,24 @@ impl AscendModule {
         &self.symbol
     }
 
-    /// The launch plan for these dims (cached).
+    /// The launch plan for these dims on an Ascend910B2 (24 cube, 48 vector cores), for
+    /// reports; `run` plans for the cores of the device it runs on.
     pub fn shape_plan(&self, dims: &[i64]) -> Result<Arc<AscendPlan>> {
-        if let Some(p) = self.plans.lock().unwrap().get(dims) {
+        self.plan_for(AscendCores::A2_24, dims)
+    }
+
+    /// The launch plan for these dims on a device with `cores` (cached).
+    pub fn plan_for(&self, cores: AscendCores, dims: &[i64]) -> Result<Arc<AscendPlan>> {
+        let key = (cores, dims.to_vec());
+        if let Some(p) = self.plans.lock().unwrap().get(&key) {
             return Ok(p.clone());
         }
-        let p = Arc::new(self.make_plan(dims)?);
-        self.plans.lock().unwrap().insert(dims.to_vec(), p.clone());
+        let p = Arc::new(self.make_plan(cores, dims)?);
+        self.plans.lock().unwrap().insert(key, p.clone());
         Ok(p)
     }
 
-    fn make_plan(&self, dims: &[i64]) -> Result<AscendPlan> {
+    fn make_plan(&self, cores: AscendCores, dims: &[i64]) -> Result<AscendPlan> {
         let g = &self.graph;
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
         let dim_err = |msg: String| Error::Dims { graph: g.name.clone(), msg };
@@ -299,11 +344,11 @@ impl AscendModule {
         };
         let kerr = |msg: String| Error::Module { symbol: self.symbol.clone(), msg };
         // The pipeline runs every kernel in one mix launch of all 1:2 groups.
-        let pipeline_aivs = self.meta.pipeline.then_some(ASCEND_AIV);
+        let pipeline_aivs = self.meta.pipeline.then_some(2 * cores.groups());
         let mut launches = Vec::new();
         let mut ws = 0usize;
         for k in &self.meta.kernels {
-            let (l, w) = choose_ascend(k, &eval, pipeline_aivs).map_err(kerr)?;
+            let (l, w) = choose_ascend(k, &eval, cores, pipeline_aivs).map_err(kerr)?;
             launches.push(l);
             ws = ws.max(w);
         }
@@ -356,7 +401,7 @@ impl AscendModule {
     pub fn run(&self, device: u32, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let g = &self.graph;
         let dims = bind_inputs(g, inputs)?;
-        let plan = self.shape_plan(&dims)?;
+        let plan = self.plan_for(device_cores(device)?, &dims)?;
         use_device(device)?;
         let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         let st = match devs.entry(device) {

@@ -174,11 +174,28 @@ pub struct AscendTiling {
 const _: () =
     assert!(std::mem::size_of::<AscendTiling>() == autofusion_ir::abi::ascend_tiling_bytes());
 
-/// Ascend 910B figures DynamicTiling works with (asc-devkit arch-2201 pages and platform stubs): vector cores,
-/// cube cores, the UB an `InitBuffer` may take (192 KB less the 8 KB Ascend C reserve),
-/// and the Matmul API's system workspace.
-pub const ASCEND_AIV: i64 = 48;
-pub const ASCEND_AIC: i64 = 24;
+/// The cores of one Ascend device: cube cores (AICs, one per mix 1:2 group) and vector cores
+/// (AIVs). A launch must not ask for more blocks than the chip has: `SyncAll` over blocks
+/// that never run waits forever. The runtime reads them from the device
+/// (`aclGetDeviceCapability`); `A2_24` is the Ascend910B2 (24 cube, 48 vector cores), the
+/// figures of the CANN platform file examples and of the emulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AscendCores {
+    pub aic: i64,
+    pub aiv: i64,
+}
+
+impl AscendCores {
+    pub const A2_24: AscendCores = AscendCores { aic: 24, aiv: 48 };
+    /// Mix 1:2 groups a launch can have: one AIC and two AIVs each.
+    pub fn groups(self) -> i64 {
+        self.aic.min(self.aiv / 2).max(1)
+    }
+}
+
+/// Ascend 910B figures DynamicTiling works with (asc-devkit arch-2201 pages and platform
+/// stubs): the UB an `InitBuffer` may take (192 KB less the 8 KB Ascend C reserve), and the
+/// Matmul API's system workspace (`GetLibApiWorkSpaceSize()` for arch 2201).
 pub const ASCEND_UB_BYTES: i64 = 188_160;
 pub const ASCEND_SYS_WORKSPACE: usize = 16 << 20;
 /// Share of the UB a kernel's buffers may take (the planner's capacity rule).
@@ -220,7 +237,7 @@ pub fn cube_tiling(
         let i = ASCEND_CUBE_FIELDS.iter().position(|x| *x == name).expect("cube field");
         f[i] = v.clamp(0, i32::MAX as i64) as i32;
     };
-    set("usedCoreNum", cores.clamp(1, ASCEND_AIV));
+    set("usedCoreNum", cores.max(1));
     set("M", m);
     set("N", n);
     set("Ka", k);
@@ -246,12 +263,76 @@ pub fn cube_tiling(
     f
 }
 
-/// DynamicTiling for one generated Ascend kernel at the bound dims. `aivs` is the number of
-/// AIVs of the launch it will run in (its own, or the pipeline's when `Some`). Returns the
-/// launch and the user-workspace bytes the kernel needs.
+/// Check a `TCubeTiling` (fields in `ASCEND_CUBE_FIELDS` order, f32 operands) against what
+/// the official host tiling API enforces for arch 2201 (asc-devkit `impl/adv_api/tiling/
+/// matmul/`: `MatmulApiTilingBase::SetFixSplit` and `CheckSetParam` in
+/// `matmul_tiling_base.cpp`, `CheckFinalParams` in `matmul_tiling_algorithm.cpp`) and the
+/// kernel-side `ShapeValidCheck` / `DepthCheck` of `impl/adv_api/detail/matmul/param/
+/// matmul_shape_tiling.h`, with the arch-2201 sizes of `matmul_config_utils.h` (L1 512 KiB,
+/// L0A / L0B 64 KiB, L0C 128 KiB). `aic` is the device's cube-core count.
+pub fn check_cube_tiling(t: &[i32; ASCEND_CUBE_FIELDS.len()], aic: i64) -> Result<(), String> {
+    let f = |name: &str| -> i64 {
+        t[ASCEND_CUBE_FIELDS.iter().position(|x| *x == name).expect("cube field")] as i64
+    };
+    let (sa, sb, sc) = (4i64, 4i64, 4i64); // f32 A, B and L0C accumulators
+    let (bm, bn, bk) = (f("baseM"), f("baseN"), f("baseK"));
+    let mut bad = Vec::new();
+    let mut need = |ok: bool, what: String| {
+        if !ok {
+            bad.push(what);
+        }
+    };
+    for (n, v) in [("M", f("M")), ("N", f("N")), ("Ka", f("Ka")), ("Kb", f("Kb"))] {
+        need(v > 0, format!("{n} = {v} must be > 0"));
+    }
+    for (n, whole) in [("singleCoreM", "M"), ("singleCoreN", "N"), ("singleCoreK", "Ka")] {
+        need(
+            (1..=f(whole)).contains(&f(n)),
+            format!("{n} = {} must be in 1..={whole} = {}", f(n), f(whole)),
+        );
+    }
+    need(f("Ka") == f("Kb"), format!("Ka = {} != Kb = {}", f("Ka"), f("Kb")));
+    need(bm > 0 && bm % 16 == 0, format!("baseM = {bm} must be a positive multiple of 16"));
+    need(bn > 0 && bn % 16 == 0, format!("baseN = {bn} must be a positive multiple of 16"));
+    let k0 = 32 / sa; // 32 bytes of A along K
+    need(bk > 0 && bk % k0 == 0, format!("baseK = {bk} must be a positive multiple of {k0}"));
+    let db_ab = if f("dbL0A") == 2 && f("dbL0B") == 2 { 2 } else { 1 };
+    let db_c = if f("dbL0C") == 2 { 2 } else { 1 };
+    need(bm * bk * sa * db_ab <= 64 << 10, format!("baseM * baseK * 4 * {db_ab} > L0A 64 KiB"));
+    need(bn * bk * sb * db_ab <= 64 << 10, format!("baseN * baseK * 4 * {db_ab} > L0B 64 KiB"));
+    need(bm * bn * sc * db_c <= 128 << 10, format!("baseM * baseN * 4 * {db_c} > L0C 128 KiB"));
+    let (sm, sn, ska, skb) = (f("stepM"), f("stepN"), f("stepKa"), f("stepKb"));
+    let (da, db) = (f("depthA1"), f("depthB1"));
+    for (n, v) in [("stepM", sm), ("stepN", sn), ("stepKa", ska), ("stepKb", skb)] {
+        need(v > 0, format!("{n} = {v} must be > 0"));
+    }
+    need(sm <= da && sn <= db, format!("stepM {sm} <= depthA1 {da}, stepN {sn} <= depthB1 {db}"));
+    for (d, step, n) in [(da, sm * ska, "A"), (db, sn * skb, "B")] {
+        need(
+            step > 0 && d % step == 0 && d / step <= 2,
+            format!("depth{n}1 = {d} must be 1 or 2 times step = {step}"),
+        );
+    }
+    let l1 = da * bm * bk * sa + db * bn * bk * sb;
+    need(l1 <= 512 << 10, format!("L1 use {l1} B > 512 KiB"));
+    need(
+        (1..=aic).contains(&f("usedCoreNum")),
+        format!("usedCoreNum = {} must be in 1..={aic} (cube cores)", f("usedCoreNum")),
+    );
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("TCubeTiling rejected: {}", bad.join("; ")))
+    }
+}
+
+/// DynamicTiling for one generated Ascend kernel at the bound dims on a device with `cores`.
+/// `pipeline_aivs` is the number of AIVs of the pipeline launch it runs in (`None`: its own
+/// launch). Returns the launch and the user-workspace bytes the kernel needs.
 pub fn choose_ascend(
     k: &autofusion_ir::AscendKernel,
     eval: &dyn Fn(&autofusion_ir::dim::DimExpr) -> i64,
+    cores: AscendCores,
     pipeline_aivs: Option<i64>,
 ) -> std::result::Result<(AscendLaunch, usize), String> {
     let budget = (ASCEND_UB_BYTES as f64 * ASCEND_UB_SHARE) as i64 - k.ub_fixed as i64;
@@ -268,7 +349,7 @@ pub fn choose_ascend(
         Work::Rows { rows, n, .. } => {
             let (r, n) = (eval(rows).max(0), eval(n).max(0));
             t.chunk = fit.min(round_up(n.max(1), 16));
-            let aivs = pipeline_aivs.unwrap_or_else(|| r.clamp(1, ASCEND_AIV));
+            let aivs = pipeline_aivs.unwrap_or_else(|| r.clamp(1, cores.aiv));
             t.block_num = aivs;
             let launch =
                 AscendLaunch { tiling: t, block_dim: aivs as u32, empty: r == 0 || n == 0 };
@@ -280,7 +361,7 @@ pub fn choose_ascend(
             let (mut mc, mut nc) = (m.clamp(1, ASCEND_TILE_MAX), n.clamp(1, ASCEND_TILE_MAX));
             let units = |mc: i64, nc: i64| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc);
             // Enough tiles for every AIV before tiles shrink below 32 x 32.
-            while units(mc, nc) < ASCEND_AIV && (nc > 32 || mc > 32) {
+            while units(mc, nc) < 2 * cores.groups() && (nc > 32 || mc > 32) {
                 if nc >= mc {
                     nc = round_up(nc / 2, 16).max(16).min(n.max(1));
                 } else {
@@ -289,13 +370,15 @@ pub fn choose_ascend(
             }
             let groups = pipeline_aivs
                 .map(|a| a / 2)
-                .unwrap_or_else(|| ((units(mc, nc) + 1) / 2).clamp(1, ASCEND_AIC));
+                .unwrap_or_else(|| ((units(mc, nc) + 1) / 2).clamp(1, cores.groups()));
             let aivs = 2 * groups;
             t.chunk = fit.min(round_up(kd.max(n).max(1), 16));
             t.mc = mc;
             t.nc = nc;
             t.block_num = groups;
             t.cube[0] = cube_tiling(m.max(1), n.max(1), kd.max(1), mc, nc, groups);
+            check_cube_tiling(&t.cube[0], cores.aic)
+                .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
             let stage =
                 if k.stage_a { b * m * kd } else { 0 } + if k.stage_b { b * kd * n } else { 0 };
             let ws = (stage + aivs * mc * nc) as usize * 4;
@@ -317,13 +400,13 @@ pub fn choose_ascend(
             );
             let mut br = sq.clamp(1, 64);
             let bc = sk.clamp(1, ASCEND_TILE_MAX);
-            while b * ((sq + br - 1) / br) < ASCEND_AIV && br > 16 {
+            while b * ((sq + br - 1) / br) < 2 * cores.groups() && br > 16 {
                 br = round_up(br / 2, 16).max(16);
             }
             let units = b * ((sq + br - 1) / br);
             let groups = pipeline_aivs
                 .map(|a| a / 2)
-                .unwrap_or_else(|| ((units + 1) / 2).clamp(1, ASCEND_AIC));
+                .unwrap_or_else(|| ((units + 1) / 2).clamp(1, cores.groups()));
             let aivs = 2 * groups;
             t.chunk = fit.min(round_up(bc.max(dv).max(d), 16));
             t.br = br;
@@ -332,6 +415,10 @@ pub fn choose_ascend(
             // QK^T: br x bc by d; PV: br x dv by bc.
             t.cube[0] = cube_tiling(sq.max(1), sk.max(1), d, br, bc, groups);
             t.cube[1] = cube_tiling(sq.max(1), dv, sk.max(1), br, dv, groups);
+            for ct in &t.cube {
+                check_cube_tiling(ct, cores.aic)
+                    .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
+            }
             let stage = if k.stage_a { b * sq * d } else { 0 }
                 + if k.stage_b { b * (d * sk + sk * dv) } else { 0 };
             // Per AIV: the score tile (S, then P in place) and the output accumulator.
@@ -438,7 +525,8 @@ mod tests {
         };
         for (m, n, kk) in [(1, 4096, 512), (7, 33, 5), (513, 100, 1), (2048, 4096, 4096)] {
             let k = kernel(Work::MatMul { batch: c(1), m: c(m), n: c(n), k: c(kk) }, 99);
-            let (l, ws) = choose_ascend(&k, &|d| d.as_const().unwrap(), None).unwrap();
+            let (l, ws) =
+                choose_ascend(&k, &|d| d.as_const().unwrap(), AscendCores::A2_24, None).unwrap();
             let t = l.tiling;
             assert!(
                 t.chunk % 16 == 0
@@ -446,7 +534,7 @@ mod tests {
                     && 1024 + t.chunk * 99 <= ASCEND_UB_BYTES * 8 / 10,
                 "{t:?}"
             );
-            assert!((1..=ASCEND_AIC as u32).contains(&l.block_dim));
+            assert!((1..=AscendCores::A2_24.groups() as u32).contains(&l.block_dim));
             let ct = &t.cube[0];
             assert!(
                 field(ct, "singleCoreM") <= field(ct, "M")
@@ -463,11 +551,46 @@ mod tests {
             // The staged A and every AIV's C tile fit the user workspace.
             assert!(ws >= ((m * kk) + 2 * l.block_dim as i64 * t.mc * t.nc) as usize * 4);
         }
+        // Every tiling DynamicTiling makes passes the official API's constraints, on chips
+        // of 24 and of 20 cube cores; a broken one is rejected with the field named.
+        let flash = |sq: i64, sk: i64, d: i64| Work::Flash {
+            batch: c(8),
+            sq: c(sq),
+            sk: c(sk),
+            d: c(d),
+            dv: c(d),
+        };
+        let small = AscendCores { aic: 20, aiv: 40 };
+        for cores in [AscendCores::A2_24, small] {
+            for &(m, n, kk) in &[(1, 1, 1), (3, 4096, 11008), (4096, 1, 64), (100, 300, 7)] {
+                let k = kernel(Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(kk) }, 8);
+                let (l, _) = choose_ascend(&k, &|d| d.as_const().unwrap(), cores, None).unwrap();
+                assert!(l.block_dim as i64 <= cores.groups());
+                check_cube_tiling(&l.tiling.cube[0], cores.aic).unwrap();
+            }
+            for &(sq, sk, d) in &[(1, 1, 16), (7, 300, 64), (2048, 2048, 128)] {
+                let k = kernel(flash(sq, sk, d), 8);
+                let (l, _) = choose_ascend(&k, &|d| d.as_const().unwrap(), cores, None).unwrap();
+                assert!(l.block_dim as i64 <= cores.groups());
+            }
+        }
+        let mut bad = cube_tiling(64, 64, 64, 64, 64, 4);
+        bad[ASCEND_CUBE_FIELDS.iter().position(|x| *x == "baseK").unwrap()] = 12;
+        let e = check_cube_tiling(&bad, 24).unwrap_err();
+        assert!(e.contains("baseK = 12 must be a positive multiple of 8"), "{e}");
+        assert!(check_cube_tiling(&cube_tiling(64, 64, 64, 64, 64, 25), 24).is_err());
         // A rows kernel too wide for the UB even at 16 columns is an error, not a bad launch.
         let k = kernel(Work::Rows { rows: c(4), n: c(64), row_buffers: 0 }, 20_000);
-        assert!(choose_ascend(&k, &|d| d.as_const().unwrap(), None).unwrap_err().contains("UB"));
+        assert!(choose_ascend(&k, &|d| d.as_const().unwrap(), AscendCores::A2_24, None)
+            .unwrap_err()
+            .contains("UB"));
         // Zero rows: nothing to launch.
         let k = kernel(Work::Rows { rows: c(0), n: c(64), row_buffers: 0 }, 40);
-        assert!(choose_ascend(&k, &|d| d.as_const().unwrap(), None).unwrap().0.empty);
+        assert!(
+            choose_ascend(&k, &|d| d.as_const().unwrap(), AscendCores::A2_24, None)
+                .unwrap()
+                .0
+                .empty
+        );
     }
 }

@@ -105,6 +105,29 @@ pub fn calibrated_host() -> autofusion_compiler::target::Target {
     autofusion_compiler::target::Target::host()
 }
 
+/// The plans the Ascend tests build of every layer graph: (label, opt_level, rules) for each opt
+/// level, then each rule alone (at its minimum opt level, at least 2). qkv_horizontal is left
+/// out (the Ascend backend's unsupported_rules), and the pipeline rule is exercised by opt
+/// level 3.
+pub fn ascend_configs() -> Vec<(String, u8, autofusion_compiler::plan::RuleSet)> {
+    use autofusion_compiler::plan::{Rule, RuleSet};
+    let mut v: Vec<(String, u8, RuleSet)> =
+        (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
+    for r in Rule::ALL
+        .iter()
+        .filter(|r| r.implemented() && !matches!(**r, Rule::Pipeline | Rule::QkvHorizontal))
+    {
+        let mut s = RuleSet::none();
+        s.insert(*r);
+        v.push((
+            format!("opt_level {}, rules = [{}]", r.min_opt_level().max(2), r.name()),
+            r.min_opt_level().max(2),
+            s,
+        ));
+    }
+    v
+}
+
 /// The compiler's twelve random layer-like graphs, each at opt_level 2 and 3:
 /// (seed, opt_level, the graph's dump for failure messages, unit).
 pub fn random_units() -> Vec<(u64, u8, String, autofusion_compiler::Unit)> {

@@ -4,6 +4,12 @@
 #ifndef AUTOFUSION_ASCEND_H
 #define AUTOFUSION_ASCEND_H
 
+/* Non-finite constants from compiler builtins: kernels include no libc header, so INFINITY
+ * and NAN are not there (the devkit's SIMT constants are builtins too: ASCRT_INF_F). */
+#define AF_INF (__builtin_inff())
+#define AF_NEG_INF (-__builtin_inff())
+#define AF_NAN (__builtin_nanf(""))
+
 /* Read kernel `k`'s tiling from GM once (scalar reads go through the data cache, as
  * CATLASS's dynamic matmul kernels copy theirs once). */
 __aicore__ inline void af_load_tiling(GM_ADDR tilings, int64_t k, AfTiling &t) {

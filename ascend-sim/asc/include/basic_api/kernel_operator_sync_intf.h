@@ -150,13 +150,26 @@ void DataCacheCleanAndInvalid(const GlobalTensor<T>&)
     ascend_sim::core();
 }
 
-/* ---- Workspace (section 3.1, 11.3): GetUserWorkspace = workspace + GetLibApiWorkSpaceSize(). ---- */
-inline void SetSysWorkspace(GM_ADDR workspace) { ascend_sim::core().sysWorkspace = workspace; }
-inline GM_ADDR GetSysWorkSpacePtr() { return ascend_sim::core().sysWorkspace; }
-inline GM_ADDR GetUserWorkspace(GM_ADDR workspace)
+/* ---- Workspace (section 3.1, 11.3), as on arch 2201 (asc-devkit impl/basic_api/dav_c220/
+ * kernel_operator_common_impl.h, include/basic_api/kernel_operator_swap_mem_intf.h): the system
+ * workspace is the kfc workspace register, which the launch loads from the kernel's
+ * `__kfc_workspace__` parameter; GetUserWorkspace ignores its argument and returns the register
+ * + GetLibApiWorkSpaceSize(). SetSysWorkspace is deprecated and changes neither. ---- */
+[[deprecated("NOTICE: SetSysWorkSpace has been deprecated and will be removed in the next version.")]]
+inline void SetSysWorkspace(GM_ADDR workspace)
 {
-    ascend_sim::core();
-    return workspace == nullptr ? nullptr : workspace + ASCEND_SIM_SYS_WORKSPACE;
+    ascend_sim::CoreCtx& c = ascend_sim::core();
+    if (c.sysWorkspace == nullptr) c.sysWorkspace = workspace;
+}
+inline GM_ADDR GetUserWorkspace(GM_ADDR)
+{
+    ascend_sim::CoreCtx& c = ascend_sim::core();
+    if (c.kfcWorkspace == nullptr) {
+        ascend_sim::fail("GetUserWorkspace: the kfc workspace register is empty: mark the kernel's workspace "
+                         "parameter __kfc_workspace__ (on arch 2201 the user workspace is found from it, not from "
+                         "the argument)");
+    }
+    return c.kfcWorkspace + ASCEND_SIM_SYS_WORKSPACE;
 }
 
 /* ---- Atomic accumulation of UB -> GM copies (section 11.5). ---- */
@@ -169,5 +182,8 @@ inline void SetAtomicNone() { ascend_sim::core().atomicType = 0; }
 inline void DisableDmaAtomic() { ascend_sim::core().atomicType = 0; }
 
 } // namespace AscendC
+
+/* In the global namespace, as in the official headers. */
+inline GM_ADDR GetSysWorkSpacePtr() { return ascend_sim::core().kfcWorkspace; }
 
 #endif // ASCEND_SIM_KERNEL_OPERATOR_SYNC_INTF_H

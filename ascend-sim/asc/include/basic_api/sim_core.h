@@ -164,12 +164,14 @@ struct CoreCtx {
     Flag flags[kHardEvents][8];
     uint8_t eventIdsInUse[kHardEvents] = {}; /* AllocEventID bitmasks */
 
-    uint8_t* sysWorkspace = nullptr;
+    uint8_t* sysWorkspace = nullptr; /* what the deprecated SetSysWorkspace stored (nothing reads it on 2201) */
+    uint8_t* kfcWorkspace = nullptr; /* the kfc workspace register: the launch's __kfc_workspace__ argument */
     int atomicType = 0; /* SetAtomicAdd<T>: 0 = off, else a type code */
 
     /* Matmul client state (section 3.1) */
     int mmObjects = 0;      /* objects registered by REGIST_MATMUL_OBJ on this core */
     bool mmQuit = false;    /* the REGIST_MATMUL_OBJ scope of this AIV has ended */
+    const void* mmHolding = nullptr; /* the object whose computation holds the cube's L1/L0C until its End() */
 };
 
 /* Errors: a violated invariant throws KernelError out of the kernel thread; Abort unwinds the
@@ -200,8 +202,10 @@ ASCEND_SIM_EXPORT void matmul_client_quit() noexcept;
 ASCEND_SIM_EXPORT void gm_atomic_lock() noexcept;
 ASCEND_SIM_EXPORT void gm_atomic_unlock() noexcept;
 /* Runs one launch synchronously; errors are recorded in the stream. */
+/* `kfcWorkspace`: the argument of the kernel's `__kfc_workspace__` parameter (null when it has
+ * none), loaded into every core's kfc workspace register. */
 ASCEND_SIM_EXPORT void run_kernel(const char* name, int ktype, uint32_t numBlocks, void* stream,
-                                  const std::function<void()>& body);
+                                  uint8_t* kfcWorkspace, const std::function<void()>& body);
 
 /* ---- Helpers for the kernel-side headers ---- */
 

@@ -26,6 +26,9 @@
 #define __vector__
 #define __cube__
 #define __mix__(c, v)
+/* Marks the workspace parameter whose argument the launch loads into the kfc workspace register
+ * (the bisheng wrapper finds it in the kernel's definition). */
+#define __kfc_workspace__
 #define __schedmode__(m)
 #define __inout_pipe__(p)
 #define __in_pipe__(p)

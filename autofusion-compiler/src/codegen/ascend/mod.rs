@@ -58,6 +58,19 @@ use autofusion_ir::ops::fill;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
+/// A float constant in device code. No libc header is included in Ascend C kernels (the devkit's
+/// basic API headers pull in none of `<cmath>`), so infinities and NaN come from `ascend.h`'s
+/// compiler-builtin macros instead of `INFINITY` / `NAN`.
+fn float_literal(v: f64) -> String {
+    let f = v as f32;
+    match (f.is_nan(), f.is_infinite(), f > 0.0) {
+        (true, ..) => "AF_NAN".into(),
+        (_, true, true) => "AF_INF".into(),
+        (_, true, false) => "AF_NEG_INF".into(),
+        _ => c_float(v),
+    }
+}
+
 /// The Ascend backend (Atlas A2 / 910B): Ascend C compiled by the CANN toolkit's bisheng,
 /// launched through AscendCL.
 pub struct Ascend {
@@ -515,7 +528,7 @@ impl Job<'_> {
     /// Value `id` inside a chunk: a constant, its UB tensor in `slots`, or its row scalar.
     fn value_of(&self, id: NodeId, slots: &BTreeMap<NodeId, String>) -> V {
         if let Op::Const { value } = self.g.node(id).op {
-            return V::S(c_float(value));
+            return V::S(float_literal(value));
         }
         if let Some(sl) = slots.get(&id) {
             return V::T(sl.clone());
@@ -605,7 +618,7 @@ impl Job<'_> {
         let need = self.loop_needs(ph, p);
         let reds = ph.reductions_in(p);
         for &m in &reds {
-            let init = if is_max(self.g, m) { "-INFINITY" } else { "0.0f" };
+            let init = if is_max(self.g, m) { "AF_NEG_INF" } else { "0.0f" };
             let _ = writeln!(out, "float {t}acc{} = {init};", m.0);
         }
         out.open(format!("for (int64_t c0 = 0; c0 < {}; c0 += CH)", self.ncols));
@@ -751,9 +764,9 @@ impl Job<'_> {
             c.line("const int64_t al = af_min(cn, (keep + 7) / 8 * 8);");
             let _ = writeln!(
                 c,
-                "for (int64_t j = keep; j < al; ++j) {dst}.SetValue((uint32_t)j, -INFINITY);"
+                "for (int64_t j = keep; j < al; ++j) {dst}.SetValue((uint32_t)j, AF_NEG_INF);"
             );
-            let _ = writeln!(c, "if (al < cn) AscendC::Duplicate({dst}[(uint32_t)al], -INFINITY, (int32_t)(cn - al));");
+            let _ = writeln!(c, "if (al < cn) AscendC::Duplicate({dst}[(uint32_t)al], AF_NEG_INF, (int32_t)(cn - al));");
         });
     }
 
@@ -1140,7 +1153,7 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     c.line("AscendC::tiling::TCubeTiling ct;");
     c.line("af_cube_tiling(t, 0, ct);");
     c.line(matmul_object("mm", a.trans, b.trans));
-    c.line("REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mm, &ct); /* the AIC serves the AIVs' calls, then returns */");
+    c.line("REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &ct); /* the AIC serves the AIVs' calls, then returns */");
     if a.staged || b.staged {
         sync_staged(&mut k.body);
     }
@@ -1597,7 +1610,7 @@ fn flash_objects(c: &mut Code, fl: &Flash) {
     c.line("af_cube_tiling(t, 1, ct1);");
     let _ = writeln!(c, "{} /* S = Q K^T */", matmul_object("mqk", fl.q.trans, fl.k.trans));
     let _ = writeln!(c, "{} /* O += P V */", matmul_object("mpv", false, fl.v.trans));
-    c.line("REGIST_MATMUL_OBJ(&pipe, AscendC::GetSysWorkSpacePtr(), mqk, &ct0, mpv, &ct1); /* the AIC serves both, then returns */");
+    c.line("REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mqk, &ct0, mpv, &ct1); /* the AIC serves both, then returns */");
 }
 
 /// This AIV's query blocks: per block, the key blocks (scores, softmax, P V), then the
@@ -1609,7 +1622,7 @@ fn flash_blocks(k: &mut K, fl: &Flash, fs: &FlashShape) {
     c.line("wo.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV) + BR * BC, BR * DV);");
     c.open("for (int64_t u = aiv; u < units; u += naiv)");
     c.line("const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min(BR, SQ - q0);");
-    c.line("for (int64_t i = 0; i < br; ++i) { mr.SetValue((uint32_t)i, -INFINITY); lr.SetValue((uint32_t)i, 0.0f); }");
+    c.line("for (int64_t i = 0; i < br; ++i) { mr.SetValue((uint32_t)i, AF_NEG_INF); lr.SetValue((uint32_t)i, 0.0f); }");
     c.open("for (int64_t k0 = 0; k0 < SK; k0 += BC)");
     if fl.causal {
         let _ = writeln!(
@@ -1623,8 +1636,6 @@ fn flash_blocks(k: &mut K, fl: &Flash, fs: &FlashShape) {
     c.close();
     flash_store(c, &fl.ub);
     c.close();
-    c.line("mqk.End();");
-    c.line("mpv.End();");
 }
 
 /// `GlobalTensor<float> <name>` at row `row`, column `col` of operand `op` (its staged copy or
@@ -1656,7 +1667,11 @@ fn flash_key_block(c: &mut Code, em: &Emitter, fl: &Flash) {
     let _ = writeln!(c, "mqk.SetTensorA(gq, {});", q.trans);
     let _ = writeln!(c, "mqk.SetTensorB(gk, {});", k.trans);
     c.line("mqk.SetSingleShape((int)br, (int)bc, (int)D);");
+    // The two objects share the cube's L1 / L0C start address: each releases them with End()
+    // before the other runs (asc-devkit `docs/zh/api/SIMD-API/高阶API/矩阵计算/Matmul-Kernel侧接口/
+    // End.md`; hicann/ops-transformer's flash_attention_score kernels end bmm1 and bmm2 so).
     c.line("mqk.IterateAll(ws);");
+    c.line("mqk.End();");
     c.line("AscendC::PipeBarrier<PIPE_ALL>();");
     c.open("for (int64_t i = 0; i < br; ++i)");
     flash_softmax_row(c, em, fl);
@@ -1668,6 +1683,7 @@ fn flash_key_block(c: &mut Code, em: &Emitter, fl: &Flash) {
     let _ = writeln!(c, "mpv.SetTensorB(gv, {});", v.trans);
     c.line("mpv.SetSingleShape((int)br, (int)DV, (int)bc);");
     c.line("mpv.IterateAll(wo, k0 > 0 ? 1 : 0); /* the first block writes, later ones add */");
+    c.line("mpv.End();");
     c.line("AscendC::PipeBarrier<PIPE_ALL>();");
 }
 
@@ -1681,14 +1697,14 @@ fn flash_softmax_row(c: &mut Code, em: &Emitter, fl: &Flash) {
         c.append(chain);
         c.line("AscendC::PipeBarrier<PIPE_ALL>(); /* the block max reads what the chain wrote */");
     }
-    c.line("float bm = -INFINITY;");
+    c.line("float bm = AF_NEG_INF;");
     let mut max_body = Code::at_depth(1);
     max_body.line("AscendC::ReduceMax<float>(rd, x, rt, cn);");
     max_body.line("{ const float v = rd.GetValue(0); bm = v > bm ? v : bm; }");
     fl.ub.stream(c, "ws[i * BC + c0]", "bc", &max_body, None);
     c.line("const float mo = mr.GetValue((uint32_t)i), mx = mo > bm ? mo : bm;");
-    c.line("const float mxe = mx == -INFINITY ? 0.0f : mx; /* every key so far masked: P = 0 */");
-    c.line("const float corr = mo == -INFINITY ? 0.0f : af_s_exp(sc, mo - mx);");
+    c.line("const float mxe = mx == AF_NEG_INF ? 0.0f : mx; /* every key so far masked: P = 0 */");
+    c.line("const float corr = mo == AF_NEG_INF ? 0.0f : af_s_exp(sc, mo - mx);");
     c.line("float ps = 0.0f;");
     let mut exp_body = Code::at_depth(1);
     let _ = writeln!(exp_body, "AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();");
@@ -1961,20 +1977,25 @@ fn kernel_prologue(c: &mut Code, k: &K, ki: usize, buffers: &[NodeId], mix: bool
     }
 }
 
-/// The kernel's `__global__` entry: its task type, the system workspace of a mix kernel, and
-/// a call of its body.
-fn kernel_entry(c: &mut Code, fname: &str, mix: bool) {
-    c.open(format!(
-        "extern \"C\" __global__ __aicore__ void {fname}(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace)"
-    ));
-    let _ = writeln!(
-        c,
-        "KERNEL_TASK_TYPE_DEFAULT({});",
-        if mix { "KERNEL_TYPE_MIX_AIC_1_2" } else { "KERNEL_TYPE_AIV_ONLY" }
-    );
+/// The `__global__` head of kernel `fname`. Its kernel type is written on the function: with
+/// several kernels in one file bisheng cannot infer it, and `KERNEL_TASK_TYPE_DEFAULT` is
+/// read only by the op-project precompile step (asc-devkit `docs/zh/guide/编程指南/编译与运行/
+/// 算子编译/约束说明.md`; `impl/basic_api/utils/kernel_utils_macros.h` `ENABLE_FEATURE_FOR_COMPILE`).
+/// A mix kernel marks its workspace `__kfc_workspace__`: on arch 2201 `GetSysWorkSpacePtr()`
+/// and `GetUserWorkspace()` read the kfc workspace register the launch sets from that parameter
+/// (`include/basic_api/kernel_operator_swap_mem_intf.h`, `impl/basic_api/dav_c220/
+/// kernel_operator_common_impl.h`), as in the devkit's `matmul_leakyrelu_advanced_api.asc`.
+fn global_head(fname: &str, mix: bool) -> String {
     if mix {
-        c.line("AscendC::SetSysWorkspace(workspace);");
+        format!("extern \"C\" __global__ __mix__(1, 2) void {fname}(GM_ADDR args, GM_ADDR tilings, __kfc_workspace__ GM_ADDR workspace)")
+    } else {
+        format!("extern \"C\" __global__ __vector__ void {fname}(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace)")
     }
+}
+
+/// The kernel's `__global__` entry: a call of its body.
+fn kernel_entry(c: &mut Code, fname: &str, mix: bool) {
+    c.open(global_head(fname, mix));
     let _ = writeln!(c, "{fname}_body(args, tilings, workspace);");
     c.close();
     c.line("");
@@ -1987,9 +2008,7 @@ fn pipeline(c: &mut Code, symbol: &str, bodies: &[(String, bool)]) {
         "/* The opt_level-3 pipeline: all kernels in one launch (SuperKernel style). Between two",
     );
     c.line(" * vector kernels only the AIVs synchronise; around a cube kernel every core does. */");
-    c.open(format!("extern \"C\" __global__ __aicore__ void {symbol}_pipeline(GM_ADDR args, GM_ADDR tilings, GM_ADDR workspace)"));
-    c.line("KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);");
-    c.line("AscendC::SetSysWorkspace(workspace);");
+    c.open(global_head(&format!("{symbol}_pipeline"), true));
     for (i, (name, mix)) in bodies.iter().enumerate() {
         if i > 0 {
             let prev_mix = bodies[i - 1].1;

@@ -178,7 +178,8 @@ bool regist_matmul(MatmulClientScope& scope, AscendC::TPipe* pipe, const void* w
     if (workspace == nullptr || !device_range(workspace, ASCEND_SIM_SYS_WORKSPACE, &b, &e)) {
         failf("REGIST_MATMUL_OBJ: the system workspace ", Hex{reinterpret_cast<uintptr_t>(workspace)},
               " is not a device allocation of at least GetLibApiWorkSpaceSize() = ", ASCEND_SIM_SYS_WORKSPACE,
-              " bytes (call SetSysWorkspace(workspace) and allocate system + user workspace on the host)");
+              " bytes (pass GetSysWorkSpacePtr(), mark the kernel's workspace parameter __kfc_workspace__ and "
+              "allocate system + user workspace on the host)");
     }
     if (pipe != nullptr && pipe->initCount_ > 0) {
         failf("REGIST_MATMUL_OBJ after TPipe::InitBuffer: in split mode it must come before any InitBuffer "
@@ -380,6 +381,15 @@ public:
         j.bias = biasOn_ ? bias_.check(0, j.n * sizeof(BiasT), "Matmul::IterateAll (bias)") : nullptr;
         /* The next computation may start with SetOrgShape again. */
         setSinceIterate_ = false;
+        /* Objects share the cube's L1 / L0C start address: one computes at a time, and switching to
+         * another needs End() first (asc-devkit End.md; ops-transformer's flash attention ends bmm1
+         * and bmm2 after each). */
+        CoreCtx& self = core();
+        if (self.mmHolding != nullptr && self.mmHolding != this) {
+            failf("Matmul::IterateAll on a second Matmul object while another still holds the cube's L1 / L0C: "
+                  "call End() on the first before switching objects");
+        }
+        self.mmHolding = this;
         matmul_call("IterateAll", [j] {
             if (j.atomic) gm_atomic_lock();
             matmul_compute<AT, BT, CT, BiasT>(j);
@@ -387,7 +397,12 @@ public:
         });
     }
 
-    void End() { client("End"); }
+    void End()
+    {
+        client("End");
+        ascend_sim::CoreCtx& c = ascend_sim::core();
+        if (c.mmHolding == this) c.mmHolding = nullptr;
+    }
 
     /* ---- sim internals ---- */
     void sim_register(ascend_sim::CoreCtx& c, TPipe* pipe, const tiling::TCubeTiling* t)
