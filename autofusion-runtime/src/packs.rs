@@ -65,7 +65,8 @@ impl Packed {
     /// Zeroed storage for the operand `key` describes (`Err` when the allocator refuses).
     pub(crate) fn alloc(key: PackKey, graph: &str) -> Result<Packed> {
         let [b, k, n] = key.batch_k_n();
-        let bytes = packed_elems(b, k, n) as usize * key.dtype.size();
+        // The call's footprint check bounded this already; saturating keeps it an `Err` anyway.
+        let bytes = (packed_elems(b, k, n) as usize).saturating_mul(key.dtype.size());
         let data = memory::try_zeroed(bytes.div_ceil(64).max(1), graph, "packed weights")?;
         Ok(Packed { key, data })
     }
