@@ -4,8 +4,11 @@
 //!
 //!     cargo run --release --example traffic -- --d 4096 --heads 32 --seq 2048 --dtype f16 --target ascend910b
 //!
+//! `--kernels` also lists each fused kernel's bytes and tiling at `--seq`.
+//!
 //! These are the cost model's byte counts at each kernel's chosen tiling (operand re-reads
-//! included), not measurements.
+//! included), not measurements: first as if each kernel read and wrote HBM, then in launch
+//! order with L2 serving what an earlier kernel left in it (`plan::l2`, an LRU model).
 
 use autofusion_compiler::group::match_flash;
 use autofusion_compiler::ir::Op;
@@ -38,9 +41,18 @@ fn seed_source(d: usize, heads: usize, dtype: &str, seq: usize) -> String {
 struct Traffic {
     unfused: f64,
     fused: f64,
+    /// In launch order, with L2 serving what an earlier kernel left in it.
+    unfused_l2: f64,
+    fused_l2: f64,
+    /// The same if every intermediate write reached HBM.
+    fused_l2_writes: f64,
     compulsory: f64,
     attention_unfused: f64,
     attention_fused: f64,
+    /// Per fused kernel: its first member's name, off-chip GB, L2 GB, tiling.
+    kernels: Vec<(String, f64, f64, String)>,
+    /// Merges the plan did not take, with the reason.
+    rejected: Vec<String>,
 }
 
 fn traffic(d: usize, heads: usize, seq: usize, dtype: &str, target: &Target) -> Traffic {
@@ -73,15 +85,54 @@ fn traffic(d: usize, heads: usize, seq: usize, dtype: &str, target: &Target) -> 
     let attention_bytes = |p: &autofusion_compiler::plan::Plan| -> f64 {
         p.groups
             .iter()
-            .filter(|gr| gr.nodes.iter().all(|n| attn.contains(n)))
+            .filter(|gr| {
+                // (a flash kernel may also hold the copy of its layout store)
+                let mut ops = gr.nodes.iter().filter(|n| g.node(**n).op != Op::Copy).peekable();
+                ops.peek().is_some() && ops.all(|n| attn.contains(n))
+            })
             .filter_map(|gr| gr.cost.as_ref())
             .map(|c| c.bytes)
             .sum()
     };
     assert!(g.nodes.iter().any(|n| n.op == Op::MatMul));
+    let kernels = p3
+        .groups
+        .iter()
+        .filter_map(|gr| {
+            let c = gr.cost.as_ref()?;
+            let ops: Vec<String> = gr.nodes.iter().map(|n| g.node(*n).op.name()).collect();
+            let name = format!("{}: {}", g.node(gr.outputs[0]).name, ops.join(" "));
+            Some((name, c.bytes / 1e9, c.llc_bytes / 1e9, format!("{:?}", c.tiling)))
+        })
+        .collect();
+    let rejected = p3
+        .candidates
+        .iter()
+        .filter_map(|c| match &c.decision {
+            autofusion_compiler::plan::Decision::Rejected { reason, detail } => Some(format!(
+                "{} -> {}: {} ({detail}; parts {:.1} us, fused {:.1} us at {:?})",
+                g.node(*c.producer.last()?).name,
+                c.consumers
+                    .iter()
+                    .filter_map(|k| Some(g.node(*k.first()?).name.clone()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                reason.code(),
+                c.parts_us,
+                c.fused_us,
+                c.tiling
+            )),
+            _ => None,
+        })
+        .collect();
     Traffic {
+        kernels,
+        rejected,
         unfused: p0.bytes,
         fused: p3.bytes,
+        unfused_l2: p0.unfused_offchip.bytes,
+        fused_l2: p3.offchip.bytes,
+        fused_l2_writes: p3.offchip.writes_reach_memory(),
         compulsory,
         attention_unfused: attention_bytes(&p0),
         attention_fused: attention_bytes(&p3),
@@ -104,26 +155,45 @@ fn main() {
     };
     println!("seed layer d {d}, {heads} heads, S {seq}, {dtype}, target {tname}");
     println!(
-        "{:>6}  {:>12} {:>12}   {:>14} {:>14}",
-        "S", "unfused GB", "fused GB", "attn unfused", "attn fused"
+        "{:>6}  {:>12} {:>12} {:>12}   {:>14} {:>14}",
+        "S", "unfused GB", "fused GB", "fused, L2", "attn unfused", "attn fused"
     );
     let mut s = 1;
     while s <= 4096 {
         let t = traffic(d, heads, s, &dtype, &target);
         println!(
-            "{s:>6}  {:>12.3} {:>12.3}   {:>11.3} GB {:>11.3} GB",
+            "{s:>6}  {:>12.3} {:>12.3} {:>12.3}   {:>11.3} GB {:>11.3} GB",
             t.unfused / 1e9,
             t.fused / 1e9,
+            t.fused_l2 / 1e9,
             t.attention_unfused / 1e9,
             t.attention_fused / 1e9
         );
         s *= 4;
     }
     let t = traffic(d, heads, seq, &dtype, &target);
+    if std::env::args().any(|a| a == "--kernels") {
+        println!("fused kernels at S {seq}: off-chip GB, L2 re-read GB, tiling");
+        for (name, hbm, l2, tiling) in &t.kernels {
+            println!("  {hbm:>7.3} {l2:>7.3}  {tiling:<40} {name}");
+        }
+        println!("merges not taken:");
+        for r in &t.rejected {
+            println!("  {r}");
+        }
+    }
     println!(
-        "traffic: unfused {:.2} GB, fused {:.2} GB, compulsory {:.2} GB",
+        "traffic: unfused {:.2} GB, fused {:.2} GB, compulsory {:.2} GB (each kernel's reads and writes from HBM)",
         t.unfused / 1e9,
         t.fused / 1e9,
         t.compulsory / 1e9
+    );
+    println!(
+        "traffic with L2 between kernels: unfused {:.2} GB, fused {:.2} GB = {:.2} x compulsory \
+         ({:.2} GB if every intermediate write reaches HBM)",
+        t.unfused_l2 / 1e9,
+        t.fused_l2 / 1e9,
+        t.fused_l2 / t.compulsory,
+        t.fused_l2_writes / 1e9
     );
 }

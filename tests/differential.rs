@@ -17,10 +17,8 @@ fn configs() -> Vec<(String, u8, RuleSet)> {
     let mut v: Vec<(String, u8, RuleSet)> =
         (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
     for r in Rule::ALL.iter().filter(|r| r.implemented()) {
-        let mut s = RuleSet::none();
-        s.insert(*r);
-        let level = r.min_opt_level().max(2);
-        v.push((format!("opt_level {level}, rules = [{}]", r.name()), level, s));
+        let (s, level) = r.alone();
+        v.push((format!("opt_level {level}, rules = [{}]", s.names().join(", ")), level, s));
     }
     let mut every = RuleSet::all();
     every.insert(Rule::QkvHorizontal);

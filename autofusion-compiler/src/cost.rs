@@ -19,9 +19,22 @@ use std::collections::BTreeSet;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tiling {
-    Rows { rows_per_tile: i64 },
-    MatMul { mc: i64, nc: i64, kc: i64 },
-    Flash { br: i64, bc: i64 },
+    Rows {
+        rows_per_tile: i64,
+    },
+    MatMul {
+        mc: i64,
+        nc: i64,
+        kc: i64,
+        /// Output tiles in column-panel order (`abi::ascend_n_major`; the host template has
+        /// its own loop order).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        n_major: bool,
+    },
+    Flash {
+        br: i64,
+        bc: i64,
+    },
 }
 
 /// A kernel's modelled cost. Times in us, sizes in bytes.
@@ -167,7 +180,12 @@ fn boundary(
     let mut ins = BTreeSet::new();
     for m in members {
         for i in &g.node(*m).inputs {
-            if !members.contains(i) && !matches!(g.node(resolve(g, *i).base).op, Op::Const { .. }) {
+            let base = resolve(g, *i).base;
+            // (a view of a member is read inside the kernel: a layout store's copy)
+            if !members.contains(i)
+                && !members.contains(&base)
+                && !matches!(g.node(base).op, Op::Const { .. })
+            {
                 ins.insert(*i);
             }
         }
@@ -178,7 +196,8 @@ fn boundary(
         .filter(|m| {
             g.outputs.contains(m)
                 || outputs.contains(m)
-                || users[m.idx()].iter().any(|u| !members.contains(u))
+                || (users[m.idx()].iter().any(|u| !members.contains(u))
+                    && crate::group::layout_store(g, users, *m, members).is_none())
         })
         .collect();
     (ins.into_iter().collect(), outs)
@@ -355,44 +374,66 @@ fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
         ins.iter().filter(|i| full(**i)).count() + outs.iter().filter(|o| full(**o)).count();
     let kept = members.iter().filter(|m| full(**m) && g.node(**m).shape == space).count();
     let db = if target.double_buffer { 2.0 } else { 1.0 };
-    let mut r = 1.0;
-    while r <= rows.max(1.0) {
-        let tiles = (rows / r).ceil();
-        let per_row = (streams as f64 * db + kept as f64) * n * 4.0;
-        let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
-        // On the host a block streams one row at a time; on Ascend a tile holds r rows.
-        let onchip = if mem_name == "ub" { cx.align(per_row * r) } else { cx.align(per_row) };
-        let use_ = vec![(mem_name.to_string(), onchip)];
-        // Later passes over a row (after a reduction) re-read it from L1 on the host:
-        // not charged (measured: charging them at the in-cache bandwidth made fused
-        // norms look slower than their parts, which they are not).
+    let per_col = (streams as f64 * db + kept as f64) * 4.0;
+    if let Some(ub) = target.budget("ub") {
+        // Ascend: each AIV streams one row at a time through UB in chunks of up to `chunk`
+        // columns (the generator's `Ub::per_col` x `CH`), so any row length fits once 16
+        // columns do. Every chunk loop after the first re-reads the row's sources: from L2,
+        // the row having just been read.
+        let chunk = (((ub as f64 / per_col) / 16.0).floor() * 16.0).min(n.max(16.0));
+        let llc = in_bytes * (row_passes(g, members) - 1) as f64;
+        let use_ = vec![("ub".to_string(), cx.align(per_col * chunk.max(16.0)))];
         let (exec, mem, comp, wave) = cx.exec_us(
-            (bytes, 0.0),
+            (bytes, llc),
             cached,
             0.0,
             vec_flops,
             trans,
             0.0,
             1.0,
-            one_block(tiles, None),
+            one_block(rows, None),
             target.cores,
         );
-        cands.push((
-            exec,
-            mem,
-            comp,
-            wave,
-            (bytes, 0.0),
-            Tiling::Rows { rows_per_tile: r as i64 },
-            use_.clone(),
-            cx.fits(&use_),
-        ));
-        if mem_name != "ub" {
-            break; // the host's choice of r does not change the model
-        }
-        r *= 2.0;
+        let tiling = Tiling::Rows { rows_per_tile: 1 };
+        cands.push((exec, mem, comp, wave, (bytes, llc), tiling, use_, chunk >= 16.0));
+        return best(cands, launch, vec_flops);
     }
+    // The host: a block streams one row at a time; later passes over a row (after a
+    // reduction) re-read it from L1, not charged (measured: charging them at the in-cache
+    // bandwidth made fused norms look slower than their parts, which they are not).
+    let use_ = vec![("l2".to_string(), cx.align(per_col * n))];
+    let (exec, mem, comp, wave) = cx.exec_us(
+        (bytes, 0.0),
+        cached,
+        0.0,
+        vec_flops,
+        trans,
+        0.0,
+        1.0,
+        one_block(rows, None),
+        target.cores,
+    );
+    let ok = cx.fits(&use_);
+    cands.push((exec, mem, comp, wave, (bytes, 0.0), Tiling::Rows { rows_per_tile: 1 }, use_, ok));
     best(cands, launch, vec_flops)
+}
+
+/// The chunk loops a rows kernel makes over each row: one, plus one after each reduction that
+/// later full-width members depend on (the generators' phases).
+fn row_passes(g: &Graph, members: &BTreeSet<NodeId>) -> usize {
+    let mut level: std::collections::BTreeMap<NodeId, usize> = Default::default();
+    for m in members {
+        let l = g
+            .node(*m)
+            .inputs
+            .iter()
+            .filter(|i| members.contains(i))
+            .map(|i| level[i] + usize::from(matches!(g.node(*i).op, Op::Reduce { .. })))
+            .max()
+            .unwrap_or(0);
+        level.insert(*m, l);
+    }
+    1 + level.values().copied().max().unwrap_or(0)
 }
 
 /// A matmul with its prologue and epilogue, at each feasible (MC, NC, KC) blocking.
@@ -577,7 +618,9 @@ fn matmul_onchip(
             ("l0a".into(), cx.align(mc * k0 * ob * db)),
             ("l0b".into(), cx.align(k0 * nc * ob * db)),
             ("l0c".into(), cx.align(mc * nc * 4.0)),
-            ("ub".into(), cx.align(mc * nc * 4.0 * (1.0 + epi_inputs as f64) * db)),
+            // The epilogue streams each C row (from the AIV's GM tile) with its inputs
+            // through UB in chunks of at most the tile's width, as rows kernels do.
+            ("ub".into(), cx.align(nc.min(256.0) * 4.0 * ((1.0 + epi_inputs as f64) * db + 1.0))),
         ]
     } else {
         vec![("l2".into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
@@ -601,8 +644,7 @@ fn matmul_tilings(
                 let (mc, nc, kc) =
                     (f64::min(mc, m.max(1.0)), f64::min(nc, nn.max(1.0)), f64::min(kc, k.max(1.0)));
                 let (mt, nt) = ((m / mc).ceil().max(1.0), (nn / nc).ceil().max(1.0));
-                let (a_hbm, a_llc) = cx.reread(traffic.a_bytes, nt);
-                let (b_hbm, b_llc) = cx.reread(traffic.b_bytes, mt);
+                let (n_major, (a_hbm, a_llc), (b_hbm, b_llc)) = tile_order(cx, traffic, mt, nt);
                 let bytes = (a_hbm + b_hbm + traffic.epi_bytes + out_bytes, a_llc + b_llc);
                 let flops_v = traffic.pro_flops * nt + traffic.epi_flops;
                 let eff = (mc / (mc + 8.0)) * (nc / (nc + 16.0));
@@ -627,7 +669,7 @@ fn matmul_tilings(
                     comp,
                     wave,
                     bytes,
-                    Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64 },
+                    Tiling::MatMul { mc: mc as i64, nc: nc as i64, kc: kc as i64, n_major },
                     use_,
                     ok,
                 ));
@@ -635,6 +677,28 @@ fn matmul_tilings(
         }
     }
     cands
+}
+
+/// The order of a matmul's output tiles and the (off-chip, L2) bytes of reading A and B in it.
+/// The host template re-reads each operand per tile of the other (from the LLC when it fits);
+/// on a device the cores take consecutive tiles at once, so the operand of the current panel is
+/// read from memory once and re-read from L2, and the other operand once per panel unless it
+/// stays in L2 (`abi::ascend_n_major` picks the order).
+fn tile_order(
+    cx: &Ctx,
+    traffic: &MatMulTraffic,
+    mt: f64,
+    nt: f64,
+) -> (bool, (f64, f64), (f64, f64)) {
+    let (a, b) = (traffic.a_bytes, traffic.b_bytes);
+    if cx.t.runtime_blocking.is_some() {
+        return (false, cx.reread(a, nt), cx.reread(b, mt));
+    }
+    if crate::abi::ascend_n_major(a, b, mt, nt) {
+        (true, cx.reread(a, nt), (b, b * (mt - 1.0).max(0.0)))
+    } else {
+        (false, (a, a * (nt - 1.0).max(0.0)), cx.reread(b, mt))
+    }
 }
 
 /// Sibling matmuls in one launch: each part at its own best tiling, one launch.

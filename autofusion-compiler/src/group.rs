@@ -54,6 +54,28 @@ pub fn horizontal_parts(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, BTreeSet<No
         .collect()
 }
 
+/// A layout store (the `layout_store` rule): `members` holds the copy that materialises a
+/// permutation of `v` (`copy(transpose(v))`, the transpose `v`'s only reader, the copy the
+/// transpose's, the last axis kept last), so `v`'s kernel writes `v` straight in the copy's
+/// layout. Returns the copy and the permutation.
+pub fn layout_store(
+    g: &Graph,
+    users: &[Vec<NodeId>],
+    v: NodeId,
+    members: &BTreeSet<NodeId>,
+) -> Option<(NodeId, Vec<usize>)> {
+    let [t] = users[v.idx()][..] else { return None };
+    let Op::Transpose { perm } = &g.node(t).op else { return None };
+    let [c] = users[t.idx()][..] else { return None };
+    let keeps_rows = perm.last() == Some(&(perm.len() - 1));
+    let ok = keeps_rows
+        && members.contains(&c)
+        && g.node(c).op == Op::Copy
+        && !g.outputs.contains(&v)
+        && !g.outputs.contains(&t);
+    ok.then(|| (c, perm.clone()))
+}
+
 /// The nodes of an attention pattern inside `members`.
 #[derive(Clone, Debug)]
 pub struct FlashParts {
@@ -137,6 +159,10 @@ pub fn flash_parts(g: &Graph, members: &BTreeSet<NodeId>) -> Option<FlashParts> 
     members.iter().find_map(|m| match_flash(g, &users, *m)).filter(|f| {
         let mut all: BTreeSet<NodeId> = f.chain.iter().copied().collect();
         all.extend([f.qk, f.max, f.shift, f.exp, f.sum, f.div, f.pv]);
+        // and the copy of a layout store of the output, if the kernel writes one
+        if let Some((copy, _)) = layout_store(g, &users, f.pv, members) {
+            all.insert(copy);
+        }
         all == *members
     })
 }

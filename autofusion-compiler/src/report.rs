@@ -95,6 +95,9 @@ pub fn plan_json(g: &Graph, plan: &Plan) -> String {
         "unfused_us": (plan.unfused_us * 1000.0).round() / 1000.0,
         "bytes": plan.bytes,
         "unfused_bytes": plan.unfused_bytes,
+        // In launch order, with the shared cache serving what an earlier kernel left in it.
+        "offchip_bytes": plan.offchip.bytes.round(),
+        "unfused_offchip_bytes": plan.unfused_offchip.bytes.round(),
         "launches_saved": plan.launches_saved,
     });
     serde_json::to_string_pretty(&v).unwrap() + "\n"

@@ -81,6 +81,10 @@ fn random_plans_are_valid_and_deterministic() {
             for o in &g.outputs {
                 assert!(written.contains(o), "output {o} never written: {ctx}");
             }
+            // The cache only takes bytes off the boundary traffic, and never more than it.
+            let oc = p.offchip;
+            assert!(oc.bytes >= 0.0 && oc.cached_reads >= 0.0 && oc.cached_writes >= 0.0, "{ctx}");
+            assert!(oc.writes_reach_memory() <= p.bytes * (1.0 + 1e-9) + 1.0, "{ctx}");
             // Determinism.
             let again = plan(g, level, rules, &hints, target);
             assert_eq!(report::plan_json(g, &p), report::plan_json(g, &again), "{ctx}");

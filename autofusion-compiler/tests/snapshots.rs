@@ -139,12 +139,11 @@ fn seed_layer_plans_per_opt_level() {
             k1 [linear_epilogue] q: matmul add
             k2 [linear_epilogue] k: matmul add
             k3 [linear_epilogue] v: matmul add
-            k4 [flash_attention] scores: matmul mul; p: reduce_max sub exp reduce_sum div; a: matmul
-            k5 [] a: copy(a)
-            k6 [elementwise_chain,linear_epilogue] x1: matmul add add
-            k7 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
-            k8 [elementwise_chain,linear_epilogue] f: matmul add silu
-            k9 [linear_epilogue] return: matmul add add
+            k4 [flash_attention,layout_store] scores: matmul mul; p: reduce_max sub exp reduce_sum div; a: matmul copy(a)
+            k5 [elementwise_chain,linear_epilogue] x1: matmul add add
+            k6 [elementwise_chain,reduce_epilogue] h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+            k7 [elementwise_chain,linear_epilogue] f: matmul add silu
+            k8 [linear_epilogue] return: matmul add add
         "#]],
     );
     check_plan(
@@ -241,4 +240,53 @@ fn planning_a_fused_plan_again_changes_nothing() {
             );
         }
     }
+}
+
+/// The seed layer at d 4096, S 2048, f16 on `ascend910b` (the `traffic` example's case): the
+/// kernels, each matmul's tile order, and the traffic with and without L2 between kernels.
+#[test]
+fn seed_layer_on_ascend_at_d4096() {
+    let src = seed_src()
+        .replace("dims(D = 512, H = 8, F = 2048)", "dims(D = 4096, H = 32, F = 16384)")
+        .replace("Tensor<f32,", "Tensor<f16,");
+    let u = unit(&src);
+    let g = &u.graph;
+    let hints = [("S".to_string(), 2048)];
+    let target = Target::ascend910b();
+    let p = autofusion_compiler::plan::plan(g, 3, u.lowered.options.rules, &hints, &target);
+    let mut lines: Vec<String> = p
+        .groups
+        .iter()
+        .map(|gr| {
+            let order = match gr.cost.as_ref().map(|c| &c.tiling) {
+                Some(autofusion_compiler::cost::Tiling::MatMul { n_major: true, .. }) => {
+                    " (column panels)"
+                }
+                Some(autofusion_compiler::cost::Tiling::MatMul { .. }) => " (row panels)",
+                _ => "",
+            };
+            format!("{}{order}", describe(g, gr))
+        })
+        .collect();
+    let gb = |b: f64| format!("{:.2} GB", b / 1e9);
+    lines.push(format!(
+        "boundary {}, off-chip with L2 {} ({} if writes reach HBM), unfused {}",
+        gb(p.bytes),
+        gb(p.offchip.bytes),
+        gb(p.offchip.writes_reach_memory()),
+        gb(p.unfused_offchip.bytes)
+    ));
+    expect![[r#"
+        h: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+        q: matmul add (column panels)
+        k: matmul add (column panels)
+        v: matmul add (column panels)
+        scores: matmul mul; p: reduce_max sub exp reduce_sum div; a: matmul copy(a)
+        x1: matmul add add (column panels)
+        h2: reduce_mean sub mul reduce_mean add rsqrt sub mul mul add
+        f: matmul add silu (column panels)
+        return: matmul add add (column panels)
+        boundary 0.87 GB, off-chip with L2 0.57 GB (0.70 GB if writes reach HBM), unfused 4.03 GB
+    "#]]
+    .assert_eq(&(lines.join("\n") + "\n"));
 }

@@ -133,9 +133,30 @@ pub const ASCEND_MAX_DIMS: usize = 8;
 
 /// `AfTiling` int64 fields of an Ascend kernel, in order (emitted in the generated Ascend C
 /// and mirrored by the runtime): launch size, UB chunk columns, matmul / flash tile sizes and
-/// the user-workspace floats per AIV.
+/// the user-workspace floats per AIV, and the matmul's tile order (`ascend_n_major`).
 pub const ASCEND_TILING_FIELDS: [&str; 8] =
-    ["block_num", "chunk", "mc", "nc", "br", "bc", "ws_floats", "reserved"];
+    ["block_num", "chunk", "mc", "nc", "br", "bc", "ws_floats", "n_major"];
+
+/// Share of an Ascend chip's L2 (192 MB on the 910B, an assumption of the `ascend910b`
+/// profile) a matmul's resident operand may take: the rest holds the streamed panels.
+pub const ASCEND_L2_RESIDENT_BYTES: f64 = 0.8 * (192u64 << 20) as f64;
+
+/// The order an Ascend matmul walks its `mt` x `nt` output tiles in. The cores take
+/// consecutive tiles at once, so in row-panel order (M-major) they share an A panel and each
+/// pass over the row panels reads all of B; in column-panel order (N-major) they share a B
+/// panel, B is read from memory once and A once per column panel. Column panels when A stays
+/// in L2 between them (then each operand leaves memory once: it is also the order whose A
+/// reads all happen at the start, while A may still be in L2 from its producer); otherwise the
+/// order whose re-reads cost less. Bytes as the cube reads the operands.
+pub fn ascend_n_major(a_bytes: f64, b_bytes: f64, mt: f64, nt: f64) -> bool {
+    let l2 = ASCEND_L2_RESIDENT_BYTES;
+    if a_bytes <= l2 {
+        return true;
+    }
+    let m_major = a_bytes + if b_bytes <= l2 { b_bytes } else { b_bytes * mt };
+    let n_major = b_bytes + a_bytes * nt;
+    n_major < m_major
+}
 
 /// The `TCubeTiling` fields DynamicTiling fills (doc `ADV/矩阵计算/Matmul-Tiling类/TCubeTiling结构体.md`),
 /// carried as int32 by name so the toolkit's own struct layout may differ between versions.
@@ -168,4 +189,21 @@ pub const ASCEND_CUBE_FIELDS: [&str; 23] = [
 /// Size of `AfTiling`: the int64 fields and two cube field sets (a multiple of 8 bytes).
 pub const fn ascend_tiling_bytes() -> usize {
     ASCEND_TILING_FIELDS.len() * 8 + 2 * ASCEND_CUBE_FIELDS.len() * 4
+}
+
+#[cfg(test)]
+mod tile_order_tests {
+    use super::ascend_n_major;
+
+    #[test]
+    fn column_panels_when_a_stays_in_l2_else_the_cheaper_order() {
+        let mb = |x: f64| x * (1u64 << 20) as f64;
+        // FFN at S 2048, d 4096 as the cube reads it (f32): A 32 MB stays, B streams once.
+        assert!(ascend_n_major(mb(32.0), mb(256.0), 16.0, 128.0));
+        // A too big, B fits: row panels read A once and B from L2.
+        assert!(!ascend_n_major(mb(1024.0), mb(16.0), 512.0, 4.0));
+        // Neither fits: the order with fewer re-read bytes.
+        assert!(ascend_n_major(mb(200.0), mb(4000.0), 64.0, 2.0));
+        assert!(!ascend_n_major(mb(4000.0), mb(200.0), 2.0, 64.0));
+    }
 }

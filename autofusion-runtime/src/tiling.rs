@@ -167,7 +167,8 @@ pub struct AscendTiling {
     pub br: i64,
     pub bc: i64,
     pub ws_floats: i64,
-    pub reserved: i64,
+    /// 1: output tiles in column-panel order (`autofusion_ir::abi::ascend_n_major`).
+    pub n_major: i64,
     pub cube: [[i32; ASCEND_CUBE_FIELDS.len()]; 2],
 }
 
@@ -376,6 +377,14 @@ pub fn choose_ascend(
             t.mc = mc;
             t.nc = nc;
             t.block_num = groups;
+            // The cube reads both operands as f32 (staged copies are f32 too).
+            let (mt, nt) = ((m + mc - 1) / mc, (n + nc - 1) / nc);
+            t.n_major = i64::from(autofusion_ir::abi::ascend_n_major(
+                (b * m * kd * 4) as f64,
+                (b * kd * n * 4) as f64,
+                mt as f64,
+                nt as f64,
+            ));
             t.cube[0] = cube_tiling(m.max(1), n.max(1), kd.max(1), mc, nc, groups);
             check_cube_tiling(&t.cube[0], cores.aic)
                 .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
@@ -550,7 +559,14 @@ mod tests {
             assert!(bm * bn * 4 * field(ct, "dbL0C") <= 128 << 10);
             // The staged A and every AIV's C tile fit the user workspace.
             assert!(ws >= ((m * kk) + 2 * l.block_dim as i64 * t.mc * t.nc) as usize * 4);
+            // Every A here stays in L2: column panels, so B leaves memory once.
+            assert_eq!(t.n_major, 1, "{m} x {n} x {kk}");
         }
+        // An A too big for L2 with a B that fits: row panels (A read once, B from L2).
+        let k = kernel(Work::MatMul { batch: c(1), m: c(65536), n: c(1024), k: c(4096) }, 99);
+        let (l, _) =
+            choose_ascend(&k, &|d| d.as_const().unwrap(), AscendCores::A2_24, None).unwrap();
+        assert_eq!(l.tiling.n_major, 0);
         // Every tiling DynamicTiling makes passes the official API's constraints, on chips
         // of 24 and of 20 cube cores; a broken one is rejected with the field named.
         let flash = |sq: i64, sk: i64, d: i64| Work::Flash {

@@ -117,13 +117,8 @@ pub fn ascend_configs() -> Vec<(String, u8, autofusion_compiler::plan::RuleSet)>
         .iter()
         .filter(|r| r.implemented() && !matches!(**r, Rule::Pipeline | Rule::QkvHorizontal))
     {
-        let mut s = RuleSet::none();
-        s.insert(*r);
-        v.push((
-            format!("opt_level {}, rules = [{}]", r.min_opt_level().max(2), r.name()),
-            r.min_opt_level().max(2),
-            s,
-        ));
+        let (s, level) = r.alone();
+        v.push((format!("opt_level {level}, rules = [{}]", s.names().join(", ")), level, s));
     }
     v
 }
@@ -201,4 +196,16 @@ pub fn load_ascend(
         .build(&Ascend::new(target.clone()), variant)
         .map_err(|msg| autofusion::Error::Module { symbol: symbol.clone(), msg })?;
     load_ascend_built(unit.graph.clone(), &built, &symbol, dir)
+}
+
+/// What a plan's generated kernels depend on: each kernel's kind, members, anchor and outputs,
+/// and whether it runs as one pipeline launch. Plans with equal keys generate the same kernels
+/// (up to names), so a test that builds every configuration builds each key once.
+pub fn plan_key(p: &autofusion_compiler::plan::Plan) -> String {
+    let groups: Vec<String> = p
+        .groups
+        .iter()
+        .map(|g| format!("{:?} {:?} {:?} {:?}", g.kind, g.nodes, g.anchor, g.outputs))
+        .collect();
+    format!("{} | {}", p.pipeline, groups.join(" | "))
 }

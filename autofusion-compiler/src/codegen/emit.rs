@@ -5,8 +5,8 @@
 use crate::abi::PackMeta;
 use crate::dim::{DimExpr, Shape};
 use crate::ir::{Graph, NodeId};
-use crate::layout::{resolve, space_strides};
-use std::collections::BTreeMap;
+use crate::layout::{contiguous_strides, resolve, space_strides};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 pub(crate) fn ident(s: &str) -> String {
@@ -254,6 +254,50 @@ impl<'g> Emitter<'g> {
             }
             let _ = writeln!(out, "const int64_t ac{a}_row = {};", terms.join(" + "));
         }
+    }
+}
+
+/// Where a kernel stores the rows of value `v` (all axes but the last flattened into the row
+/// index): its own buffer, row `r` at `r * N`; or, when the kernel holds a layout store of
+/// `v` (`group::layout_store`), the copy's buffer, row `r` at the place the permutation puts
+/// it (the last axis stays last, so a row stays contiguous).
+pub(crate) struct RowStore {
+    /// The node whose buffer is written.
+    pub(crate) buf: NodeId,
+    /// Per row axis of `v` (outermost first): its extent and its stride in the copy, as C.
+    permuted: Option<Vec<(String, String)>>,
+}
+
+impl RowStore {
+    pub(crate) fn new(em: &Emitter, v: NodeId, members: &BTreeSet<NodeId>) -> RowStore {
+        let g = em.g;
+        let Some((copy, perm)) = crate::group::layout_store(g, &g.users(), v, members) else {
+            return RowStore { buf: v, permuted: None };
+        };
+        // Copy axis j is v's axis perm[j]: v's axis perm[j] moves by the copy's stride j.
+        let copy_strides = contiguous_strides(&g.node(copy).shape);
+        let mut stride = vec![String::new(); perm.len()];
+        for (j, p) in perm.iter().enumerate() {
+            stride[*p] = em.dim(&copy_strides[j]);
+        }
+        let shape = &g.node(v).shape;
+        let rows = (0..shape.len() - 1).map(|d| (em.dim(&shape[d]), stride[d].clone())).collect();
+        RowStore { buf: copy, permuted: Some(rows) }
+    }
+    /// The element offset of row `row` (a C expression) of a value `n` elements wide.
+    pub(crate) fn offset(&self, row: &str, n: &str) -> String {
+        let Some(axes) = &self.permuted else { return format!("({row}) * {n}") };
+        // The row's index on each axis: (row / rows below) % extent, outermost unreduced.
+        let mut terms = Vec::new();
+        let mut below = String::from("1");
+        for (d, (ext, stride)) in axes.iter().enumerate().rev() {
+            let q =
+                if below == "1" { format!("({row})") } else { format!("(({row}) / ({below}))") };
+            let idx = if d == 0 { q } else { format!("({q} % ({ext}))") };
+            terms.push(format!("{idx} * ({stride})"));
+            below = if below == "1" { format!("({ext})") } else { format!("{below} * ({ext})") };
+        }
+        format!("({})", terms.join(" + "))
     }
 }
 

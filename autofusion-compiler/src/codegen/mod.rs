@@ -97,3 +97,10 @@ pub fn write_headers(root: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// The name of kernel `k` (group `grp` of a plan of `g`) in every backend's code:
+/// `k<k>_<its first output>`.
+pub fn kernel_name(g: &crate::ir::Graph, k: usize, grp: &crate::plan::Group) -> String {
+    let first = grp.outputs.first().map(|o| emit::ident(&g.node(*o).name)).unwrap_or_default();
+    format!("k{k}_{first}")
+}

@@ -3,6 +3,7 @@
 //! kernel in microseconds for a target profile, and merges are taken greedily, best first,
 //! deterministically (`planner.rs`); a local repair pass follows, then the plan-level rules.
 
+pub mod l2;
 mod planner;
 pub mod rules;
 
@@ -121,6 +122,10 @@ pub struct Plan {
     /// Off-chip bytes of the plan and of one kernel per op.
     pub bytes: f64,
     pub unfused_bytes: f64,
+    /// The same traffic in launch order with the shared cache serving what is still in it
+    /// from an earlier kernel (`l2::offchip`).
+    pub offchip: l2::Offchip,
+    pub unfused_offchip: l2::Offchip,
     pub launches_saved: i64,
     /// Run every kernel in one launch, each waiting only for the kernels it depends on.
     pub pipeline: bool,
@@ -205,14 +210,14 @@ pub fn plan_from(
                 .collect()
         }
     }
-    let unfused: Vec<KernelCost> = g
+    let (unfused_ids, unfused): (Vec<NodeId>, Vec<KernelCost>) = g
         .ids()
         .filter(|id| is_member_op(&g.node(*id).op))
         .filter_map(|id| {
             let s = singleton(id);
-            p.cost(&s.members, s.kind, s.anchor).ok()
+            Some((id, p.cost(&s.members, s.kind, s.anchor).ok()?))
         })
-        .collect();
+        .unzip();
     let mut log: Vec<Candidate> = Vec::new();
     if opt_level > 0 {
         for r in rules::PIPELINE {
@@ -236,7 +241,33 @@ pub fn plan_from(
         r.finish(&p, &groups, &mut totals, &mut candidates);
     }
     let bytes = groups.iter().filter_map(|g| g.cost.as_ref()).map(|c| c.bytes).sum();
+    let est = |d: &crate::dim::DimExpr| p.est(d);
+    let fused_io: Vec<l2::KernelIo> = groups
+        .iter()
+        .map(|gr| {
+            let b = gr.cost.as_ref().map_or(0.0, |c| c.bytes);
+            let mut io = l2::KernelIo::of(g, &gr.nodes, gr.outputs.clone(), b);
+            let n_major = matches!(
+                gr.cost.as_ref().map(|c| &c.tiling),
+                Some(crate::cost::Tiling::MatMul { n_major: true, .. })
+            );
+            if let (true, Some(a)) = (n_major, gr.anchor) {
+                let a_in = crate::layout::resolve(g, g.node(a).inputs[0]).base;
+                if !gr.nodes.contains(&a_in) {
+                    io.early.push(a_in);
+                }
+            }
+            io
+        })
+        .collect();
+    let unfused_io: Vec<l2::KernelIo> = unfused_ids
+        .iter()
+        .zip(&unfused)
+        .map(|(id, c)| l2::KernelIo::of(g, &[*id], vec![*id], c.bytes))
+        .collect();
     Plan {
+        offchip: l2::offchip(g, &fused_io, target, &est),
+        unfused_offchip: l2::offchip(g, &unfused_io, target, &est),
         opt_level,
         rules: rules.names().into_iter().map(String::from).collect(),
         target: target.clone(),
@@ -289,7 +320,9 @@ fn finalize(p: &Planner) -> Vec<Group> {
             .copied()
             .filter(|m| {
                 let (rd, view) = p.readers(*m);
-                p.is_output[m.idx()] || view || !rd.is_empty()
+                let stored_permuted =
+                    crate::group::layout_store(g, &p.users, *m, &w.members).is_some();
+                p.is_output[m.idx()] || (view && !stored_permuted) || !rd.is_empty()
             })
             .collect();
         out.push(Group {

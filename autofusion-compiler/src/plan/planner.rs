@@ -205,7 +205,10 @@ impl<'a> Planner<'a> {
     /// merged group's kind and anchor.
     fn check_pair(&self, a: usize, b: usize) -> PairCheck {
         let (wa, wb) = (self.w(a), self.w(b));
-        for m in &wb.members {
+        let claimed = rules::PIPELINE.iter().find(|r| r.claims(self, a, b));
+        // A layout store is the one merge that reads the producer through a view.
+        let through_views = claimed.is_some_and(|r| r.rule() == Rule::LayoutStore);
+        for m in wb.members.iter().filter(|_| !through_views) {
             for i in &self.g.node(*m).inputs {
                 if self.g.node(*i).op.is_view() && wa.members.contains(&base_of(self.g, *i)) {
                     return Err((
@@ -216,7 +219,7 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        let Some(r) = rules::PIPELINE.iter().find(|r| r.claims(self, a, b)) else {
+        let Some(r) = claimed else {
             return Err(self.unclaimed(a, b));
         };
         let rule = r.rule();
@@ -272,7 +275,9 @@ impl<'a> Planner<'a> {
         let outs = members
             .iter()
             .filter(|m| {
-                self.is_output[m.idx()] || self.users[m.idx()].iter().any(|u| !members.contains(u))
+                self.is_output[m.idx()]
+                    || (self.users[m.idx()].iter().any(|u| !members.contains(u))
+                        && crate::group::layout_store(self.g, &self.users, **m, members).is_none())
             })
             .count();
         if ins.len() + outs > MAX_KERNEL_BUFFERS {
@@ -468,8 +473,10 @@ impl<'a> Planner<'a> {
             wb.members.extend(wa.members.iter().copied());
             wb.rules.extend(wa.rules.iter().copied());
             wb.rules.insert(rule);
-            if wa.kind == GroupKind::MatMul {
-                wb.kind = GroupKind::MatMul;
+            // The producer's kind wins over an elementwise consumer (an epilogue, a layout
+            // store's copy).
+            if matches!(wa.kind, GroupKind::MatMul | GroupKind::FlashAttention) {
+                wb.kind = wa.kind;
                 wb.anchor = wa.anchor;
             }
             wb.version += 1;

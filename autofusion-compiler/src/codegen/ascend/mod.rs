@@ -42,7 +42,7 @@
 //!   between dependent kernels, AIV-only when neither side uses the cube (SuperKernel syncs only
 //!   the core types that need it).
 
-use super::emit::{c_float, c_string, ident, Code, Emitter, Space};
+use super::emit::{c_float, c_string, Code, Emitter, RowStore, Space};
 use super::{file_header, Backend, Source, Toolchain};
 use crate::abi::{Work, ASCEND_CUBE_FIELDS, ASCEND_MAX_DIMS, ASCEND_TILING_FIELDS};
 use crate::dim::{numel, DimExpr, Shape};
@@ -1299,7 +1299,10 @@ fn matmul_tiles(k: &mut K, a: &Operand, b: &Operand, epi: &Job, spo: &Space) {
     let c = &mut k.body;
     c.line("AscendC::GlobalTensor<float> wc; wc.SetGlobalBuffer(uws + stage + aiv * MC * NC, MC * NC); /* this AIV's C tile */");
     c.open("for (int64_t u = aiv; u < units; u += naiv)");
-    c.line("const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
+    // Consecutive units run at once on the cores: in column-panel order they share a B panel
+    // (B leaves memory once, A is re-read from L2), in row-panel order an A panel.
+    c.line("const int64_t bi = u / (mt * nt), tile = u % (mt * nt);");
+    c.line("const int64_t mi = t.n_major ? tile % mt : tile / nt, ni = t.n_major ? tile / mt : tile % nt;");
     c.line("const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min(MC, M - m0), nlen = af_min(NC, N - n0);");
     if a.staged {
         c.line("AscendC::GlobalTensor<float> ga = wa[(bi * M + m0) * K];");
@@ -1400,7 +1403,8 @@ fn org_shape(
 }
 
 /// The UB of the softmax over score and output rows: the in and out queues of a row streamed
-/// through UB, a float slot, the output's queue and type, and the output buffer.
+/// through UB, a float slot, the output's queue and type, the output buffer and the offset of
+/// query row `bi * SQ + q0 + i` in it.
 struct FlashUb {
     fq: String,
     fo: String,
@@ -1408,6 +1412,7 @@ struct FlashUb {
     oq: String,
     out_d: DType,
     ob: String,
+    orow: String,
 }
 
 impl FlashUb {
@@ -1536,7 +1541,7 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
         chain,
         sps,
         causal: f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask),
-        ub: flash_ub(k, g.node(f.pv).dtype, f.pv),
+        ub: flash_ub(k, g.node(f.pv).dtype, f.pv, &members),
     };
     flash_objects(&mut k.setup, &fl);
     if stage_a || stage_b {
@@ -1591,15 +1596,18 @@ fn flash_chain(
     (Some((code, ops)), sps)
 }
 
-/// The softmax's queues and slot, and the output `pv` (dtype `out_d`) it stores.
-fn flash_ub(k: &mut K, out_d: DType, pv: NodeId) -> FlashUb {
+/// The softmax's queues and slot, and the output `pv` (dtype `out_d`) it stores: in its own
+/// buffer, or at its place in a layout store's copy.
+fn flash_ub(k: &mut K, out_d: DType, pv: NodeId, members: &BTreeSet<NodeId>) -> FlashUb {
+    let rs = RowStore::new(&k.em, pv, members);
     FlashUb {
         fq: k.ub.queue("fq".into(), DType::F32, true),
         fo: k.ub.queue("fo".into(), DType::F32, false),
         ex: k.ub.slot(),
         oq: k.ub.queue("fy".into(), out_d, false),
         out_d,
-        ob: k.gm(k.em.buf[&pv]),
+        ob: k.gm(k.em.buf[&rs.buf]),
+        orow: rs.offset("bi * SQ + q0 + i", "DV"),
     }
 }
 
@@ -1743,7 +1751,7 @@ fn flash_store(c: &mut Code, ub: &FlashUb) {
             );
         }
         // The final store goes to the output (its own queue and dtype).
-        let dst = format!("{}[(bi * SQ + q0 + i) * DV + c0]", ub.ob);
+        let dst = format!("{}[{} + c0]", ub.ob, ub.orow);
         ub.stream(c, "wo[i * DV + c0]", "DV", &fin_body, Some((oq, oty, &dst)));
     });
 }
@@ -1878,8 +1886,7 @@ fn gen_kernel(
         buf.insert(v, buffers.len());
         buffers.push(v);
     }
-    let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
-    let name = format!("k{ki}_{first}");
+    let name = super::kernel_name(g, ki, grp);
     let mut k = K {
         em: Emitter::new(g, buf, &name),
         table: buffers.iter().map(|b| table.iter().position(|x| x == b).unwrap()).collect(),

@@ -7,7 +7,7 @@
 //! use one cache-blocked template on per-ISA micro-kernels (`af_isa` in the prelude) with the prologue applied
 //! while packing A and the epilogue applied while storing C.
 
-use super::emit::{c_float, c_string, ident, Code, Emitter, Space};
+use super::emit::{c_float, c_string, Code, Emitter, RowStore, Space};
 use super::{file_header, Backend, Source, Toolchain};
 use crate::abi::{self, KernelMeta, PackMeta, Work};
 use crate::dim::{numel, DimExpr, Shape};
@@ -1106,13 +1106,23 @@ fn query_blocks(em: &Emitter, fl: &Flash, c: &mut Code) {
     let q_direct = query_block(em, fl, c);
     key_blocks(em, fl, q_direct, c);
     let g = em.g;
-    let ob = em.buf[&fl.f.pv];
-    c.block_noted("for (int64_t i = 0; i < br; ++i)", "normalise and store", |c| {
+    let rs = RowStore::new(em, fl.f.pv, &fl.members);
+    let ob = em.buf[&rs.buf];
+    let note = if rs.buf == fl.f.pv {
+        "normalise and store".to_string()
+    } else {
+        format!(
+            "normalise and store, each row at its place in {} (layout_store)",
+            g.node(rs.buf).name
+        )
+    };
+    c.block_noted("for (int64_t i = 0; i < br; ++i)", &note, |c| {
         c.line("const float inv = 1.0f / Lr[i];");
+        let _ = writeln!(c, "const int64_t orow = {};", rs.offset("bi * SQ + q0 + i", "DV"));
         let val = round_to(g.node(fl.f.pv).dtype, "Ot[i * DV + c] * inv".into());
         c.line(format!(
             "for (int64_t c = 0; c < DV; ++c) {{ const float o = {val}; {} }}",
-            store(g.node(fl.f.pv).dtype, &format!("out{ob}"), "(bi * SQ + q0 + i) * DV + c", "o")
+            store(g.node(fl.f.pv).dtype, &format!("out{ob}"), "orow + c", "o")
         ));
     });
     c.line("} /* query blocks */");
@@ -1275,8 +1285,7 @@ fn gen_kernel(code: &mut Code, g: &Graph, k: usize, grp: &Group) -> KernelMeta {
         buf.insert(i, buffers.len());
         buffers.push(i);
     }
-    let first = grp.outputs.first().map(|o| ident(&g.node(*o).name)).unwrap_or_default();
-    let name = format!("k{k}_{first}");
+    let name = super::kernel_name(g, k, grp);
     let mut em = Emitter::new(g, buf, &name);
     let mut body = Code::at_depth(1);
     let work = match grp.kind {

@@ -11,6 +11,7 @@
 mod add_norm;
 mod elementwise_chain;
 mod flash_attention;
+mod layout_store;
 mod linear_epilogue;
 mod norm_linear_prologue;
 mod pipeline;
@@ -32,18 +33,20 @@ pub enum Rule {
     LinearEpilogue,
     NormLinearPrologue,
     FlashAttention,
+    LayoutStore,
     QkvHorizontal,
     Pipeline,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 8] = [
+    pub const ALL: [Rule; 9] = [
         Rule::ElementwiseChain,
         Rule::ReduceEpilogue,
         Rule::AddNorm,
         Rule::LinearEpilogue,
         Rule::NormLinearPrologue,
         Rule::FlashAttention,
+        Rule::LayoutStore,
         Rule::QkvHorizontal,
         Rule::Pipeline,
     ];
@@ -55,6 +58,7 @@ impl Rule {
             Rule::LinearEpilogue => "linear_epilogue",
             Rule::NormLinearPrologue => "norm_linear_prologue",
             Rule::FlashAttention => "flash_attention",
+            Rule::LayoutStore => "layout_store",
             Rule::QkvHorizontal => "qkv_horizontal",
             Rule::Pipeline => "pipeline",
         }
@@ -66,9 +70,29 @@ impl Rule {
     pub fn min_opt_level(self) -> u8 {
         match self {
             Rule::ElementwiseChain | Rule::ReduceEpilogue | Rule::AddNorm => 1,
-            Rule::LinearEpilogue | Rule::NormLinearPrologue => 2,
+            Rule::LinearEpilogue | Rule::NormLinearPrologue | Rule::LayoutStore => 2,
             Rule::FlashAttention | Rule::QkvHorizontal | Rule::Pipeline => 3,
         }
+    }
+    /// Rules this one extends: alone it would form nothing (a layout store extends a flash
+    /// kernel). "Each rule alone" in the tests turns these on with it.
+    pub fn builds_on(self) -> &'static [Rule] {
+        match self {
+            Rule::LayoutStore => &[Rule::FlashAttention],
+            _ => &[],
+        }
+    }
+    /// The rule with the rules it builds on, and the opt level (at least 2) they all run at:
+    /// "each rule alone" for the tests.
+    pub fn alone(self) -> (RuleSet, u8) {
+        let mut s = RuleSet::none();
+        s.insert(self);
+        let mut level = self.min_opt_level().max(2);
+        for r in self.builds_on() {
+            s.insert(*r);
+            level = level.max(r.min_opt_level());
+        }
+        (s, level)
     }
     /// Rules this version of the planner forms groups for. The others are accepted by name (so
     /// option lists stay valid) and reported as not implemented yet.
@@ -168,8 +192,9 @@ pub(in crate::plan) trait FusionRule: Sync {
 }
 
 /// Every rule, in the order the planner consults them (and reports their moves).
-pub(in crate::plan) static PIPELINE: [&dyn FusionRule; 8] = [
+pub(in crate::plan) static PIPELINE: [&dyn FusionRule; 9] = [
     &flash_attention::FlashAttention,
+    &layout_store::LayoutStore,
     &elementwise_chain::ElementwiseChain,
     &reduce_epilogue::ReduceEpilogue,
     &add_norm::AddNorm,
