@@ -60,6 +60,7 @@ pub struct GraphBuilder {
     dyn_dims: Vec<String>,
     static_dims: Vec<(String, i64)>,
     consts: HashMap<(u64, DType), NodeId>,
+    line: u32,
 }
 
 impl GraphBuilder {
@@ -72,6 +73,7 @@ impl GraphBuilder {
             dyn_dims: Vec::new(),
             static_dims: Vec::new(),
             consts: HashMap::new(),
+            line: 0,
         }
     }
 
@@ -79,6 +81,18 @@ impl GraphBuilder {
     pub fn static_dim(&mut self, name: &str, value: i64) -> &mut GraphBuilder {
         self.static_dims.push((name.to_string(), value));
         self
+    }
+
+    /// The source line (or model node number) recorded on the nodes added from now on; an
+    /// importer sets it so reports and generated code point back at the model.
+    pub fn set_line(&mut self, line: u32) -> &mut GraphBuilder {
+        self.line = line;
+        self
+    }
+
+    /// A node added so far (its inferred dtype and shape).
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.idx()]
     }
 
     fn error(&self, node: &str, msg: String, help: Option<String>) -> BuildError {
@@ -94,7 +108,8 @@ impl GraphBuilder {
         name: &str,
     ) -> NodeId {
         let id = NodeId(self.nodes.len() as u32);
-        self.nodes.push(Node { op, inputs, dtype, shape, name: name.to_string(), line: 0 });
+        let line = self.line;
+        self.nodes.push(Node { op, inputs, dtype, shape, name: name.to_string(), line });
         id
     }
 

@@ -1,0 +1,316 @@
+//! The fused model: each fused kernel of a plan becomes one node of domain `ai.autofusion`
+//! whose model-local function holds the original nodes, so the model passes `onnx.checker` and
+//! stock onnxruntime runs it (inlining the functions) with the same outputs.
+//!
+//! A kernel maps back to the ONNX nodes its IR members came from (`line` = node index + 1).
+//! Nodes no kernel holds (views, shape arithmetic, constants) join a kernel when everything they
+//! read comes from it and everything reading them is in it; otherwise they stay as they are.
+//! Kernels that share an ONNX node are one fused node. A fused node that would close a cycle
+//! in the ONNX graph is left unfused.
+
+use crate::proto::{
+    attribute_type, AttributeProto, FunctionProto, ModelProto, NodeProto, OperatorSetIdProto,
+};
+use crate::FUSED_DOMAIN;
+use autofusion_compiler::ir::Graph;
+use autofusion_compiler::plan::Plan;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// One fused node of the written model.
+#[derive(Debug, Default)]
+pub struct FusedNode {
+    /// Its op type (and function name).
+    pub name: String,
+    /// The kernels it stands for (one unless kernels shared an ONNX node).
+    pub kernels: Vec<String>,
+    /// The rules that fused them.
+    pub rules: Vec<String>,
+    /// The original nodes its function holds.
+    pub members: Vec<String>,
+}
+
+/// What happened to the model's nodes.
+#[derive(Debug, Default)]
+pub struct Fused {
+    pub model: ModelProto,
+    pub fused: Vec<FusedNode>,
+    /// Original nodes left as they were, with why.
+    pub left: Vec<(String, String)>,
+}
+
+/// Whether the model already holds fused nodes of ours.
+pub fn is_fused(m: &ModelProto) -> bool {
+    m.graph.as_ref().is_some_and(|g| g.node.iter().any(|n| n.domain == FUSED_DOMAIN))
+}
+
+/// Union-find over kernel indices.
+fn find(parent: &mut [usize], i: usize) -> usize {
+    let mut r = i;
+    while parent[r] != r {
+        r = parent[r];
+    }
+    parent[i] = r;
+    r
+}
+
+/// The ONNX nodes (by index) each kernel of `plan` holds, after joining kernels that share a
+/// node and closing over views: one entry per resulting cluster, with its kernel indices.
+fn clusters(model: &ModelProto, g: &Graph, plan: &Plan) -> Vec<(Vec<usize>, BTreeSet<usize>)> {
+    let nodes = &model.graph.as_ref().expect("imported model has a graph").node;
+    let k = plan.groups.len();
+    let mut parent: Vec<usize> = (0..k).collect();
+    let mut owner: HashMap<usize, usize> = HashMap::new();
+    for (gi, gr) in plan.groups.iter().enumerate() {
+        for m in &gr.nodes {
+            let line = g.node(*m).line as usize;
+            if line == 0 || line > nodes.len() {
+                continue;
+            }
+            match owner.get(&(line - 1)) {
+                Some(&o) => {
+                    let (a, b) = (find(&mut parent, o), find(&mut parent, gi));
+                    parent[a] = b;
+                }
+                None => {
+                    owner.insert(line - 1, gi);
+                }
+            }
+        }
+    }
+    let mut of: BTreeMap<usize, (Vec<usize>, BTreeSet<usize>)> = BTreeMap::new();
+    for gi in 0..k {
+        let r = find(&mut parent, gi);
+        of.entry(r).or_default().0.push(gi);
+    }
+    for (n, gi) in &owner {
+        let r = find(&mut parent, *gi);
+        of.get_mut(&r).unwrap().1.insert(*n);
+    }
+    let mut out: Vec<(Vec<usize>, BTreeSet<usize>)> = of.into_values().collect();
+    // Close over unowned nodes whose inputs all come from one cluster and whose readers are
+    // all in it (a transpose between two of its nodes, a reshape's copy).
+    let producer: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i)))
+        .collect();
+    let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for x in n.input.iter().filter(|x| !x.is_empty()) {
+            readers.entry(x.as_str()).or_default().push(i);
+        }
+    }
+    let graph_outputs: BTreeSet<&str> =
+        model.graph.as_ref().unwrap().output.iter().map(|o| o.name.as_str()).collect();
+    let mut changed = true;
+    while changed {
+        changed = false;
+        let owned: BTreeSet<usize> = out.iter().flat_map(|c| c.1.iter().copied()).collect();
+        for i in (0..nodes.len()).filter(|i| !owned.contains(i)) {
+            let n = &nodes[i];
+            for c in out.iter_mut() {
+                let from_c = n
+                    .input
+                    .iter()
+                    .filter(|x| !x.is_empty())
+                    .filter_map(|x| producer.get(x.as_str()))
+                    .all(|p| c.1.contains(p));
+                let any_from_c = n
+                    .input
+                    .iter()
+                    .filter_map(|x| producer.get(x.as_str()))
+                    .any(|p| c.1.contains(p));
+                let read_in_c = n.output.iter().all(|o| {
+                    !graph_outputs.contains(o.as_str())
+                        && readers
+                            .get(o.as_str())
+                            .is_some_and(|rs| rs.iter().all(|r| c.1.contains(r)))
+                });
+                if from_c && any_from_c && read_in_c {
+                    c.1.insert(i);
+                    changed = true;
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+fn string_attr(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::STRING,
+        s: v.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
+/// Kahn's order of `nodes` by their tensors (stable: the lowest original position first);
+/// `None` when they form a cycle.
+fn topo_order(nodes: &[NodeProto], graph_inputs: &BTreeSet<String>) -> Option<Vec<usize>> {
+    let producer: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| n.output.iter().filter(|o| !o.is_empty()).map(move |o| (o.as_str(), i)))
+        .collect();
+    let deps: Vec<BTreeSet<usize>> = nodes
+        .iter()
+        .map(|n| {
+            n.input
+                .iter()
+                .filter(|x| !x.is_empty() && !graph_inputs.contains(*x))
+                .filter_map(|x| producer.get(x.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    let mut done = vec![false; nodes.len()];
+    let mut order = Vec::new();
+    while order.len() < nodes.len() {
+        let next = (0..nodes.len()).find(|i| !done[*i] && deps[*i].iter().all(|d| done[*d]))?;
+        done[next] = true;
+        order.push(next);
+    }
+    Some(order)
+}
+
+/// The model with every fused cluster of `plan` as one `ai.autofusion` node. `kernel_names`
+/// names the plan's kernels (as the generated code does).
+pub fn fuse(model: &ModelProto, g: &Graph, plan: &Plan, kernel_names: &[String]) -> Fused {
+    let graph = model.graph.as_ref().expect("imported model has a graph");
+    let nodes = &graph.node;
+    let mut cl = clusters(model, g, plan);
+    cl.retain(|c| c.1.len() >= 2);
+    let mut left_why: BTreeMap<usize, String> = BTreeMap::new();
+    let graph_inputs: BTreeSet<String> = graph
+        .input
+        .iter()
+        .map(|i| i.name.clone())
+        .chain(graph.initializer.iter().map(|t| t.name.clone()))
+        .collect();
+    let graph_outputs: BTreeSet<&str> = graph.output.iter().map(|o| o.name.as_str()).collect();
+    let default_opsets: Vec<OperatorSetIdProto> =
+        model.opset_import.iter().filter(|o| o.domain != FUSED_DOMAIN).cloned().collect();
+    loop {
+        let owned: BTreeMap<usize, usize> =
+            cl.iter().enumerate().flat_map(|(ci, c)| c.1.iter().map(move |n| (*n, ci))).collect();
+        // The new node list: each cluster's fused node at its first node's place.
+        let mut new_nodes: Vec<NodeProto> = Vec::new();
+        let mut functions = Vec::new();
+        let mut fused = Vec::new();
+        let mut cluster_of_new: Vec<Option<usize>> = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let Some(&ci) = owned.get(&i) else {
+                new_nodes.push(n.clone());
+                cluster_of_new.push(None);
+                continue;
+            };
+            let (kernels, members) = &cl[ci];
+            if *members.iter().next().unwrap() != i {
+                continue;
+            }
+            let inner: Vec<&NodeProto> = members.iter().map(|m| &nodes[*m]).collect();
+            let produced: BTreeSet<&str> =
+                inner.iter().flat_map(|n| n.output.iter().map(|o| o.as_str())).collect();
+            let mut inputs: Vec<String> = Vec::new();
+            for x in inner.iter().flat_map(|n| n.input.iter()) {
+                if !x.is_empty() && !produced.contains(x.as_str()) && !inputs.contains(x) {
+                    inputs.push(x.clone());
+                }
+            }
+            let outputs: Vec<String> = inner
+                .iter()
+                .flat_map(|n| n.output.iter())
+                .filter(|o| {
+                    graph_outputs.contains(o.as_str())
+                        || nodes
+                            .iter()
+                            .enumerate()
+                            .any(|(j, m)| !members.contains(&j) && m.input.iter().any(|x| x == *o))
+                })
+                .cloned()
+                .collect();
+            let knames: Vec<String> = kernels.iter().map(|k| kernel_names[*k].clone()).collect();
+            let rules: BTreeSet<String> = kernels
+                .iter()
+                .flat_map(|k| plan.groups[*k].rules.iter().map(|r| r.name().to_string()))
+                .collect();
+            let rules: Vec<String> = rules.into_iter().collect();
+            let fname = format!("Fused_{}", knames.join("_"));
+            functions.push(FunctionProto {
+                name: fname.clone(),
+                domain: FUSED_DOMAIN.into(),
+                input: inputs.clone(),
+                output: outputs.clone(),
+                attribute: vec!["kernel".into(), "rules".into()],
+                node: inner.iter().map(|n| (*n).clone()).collect(),
+                doc_string: format!(
+                    "autofusion kernel(s) {}: {} original nodes, fused by {}",
+                    knames.join(", "),
+                    inner.len(),
+                    if rules.is_empty() { "-".to_string() } else { rules.join(", ") }
+                ),
+                opset_import: default_opsets.clone(),
+            });
+            new_nodes.push(NodeProto {
+                input: inputs,
+                output: outputs,
+                name: fname.to_lowercase(),
+                op_type: fname.clone(),
+                domain: FUSED_DOMAIN.into(),
+                attribute: vec![
+                    string_attr("kernel", &knames.join(",")),
+                    string_attr("rules", &rules.join(",")),
+                ],
+                doc_string: String::new(),
+            });
+            cluster_of_new.push(Some(ci));
+            fused.push(FusedNode {
+                name: fname,
+                kernels: knames,
+                rules,
+                members: inner.iter().map(|n| n.name.clone()).collect(),
+            });
+        }
+        match topo_order(&new_nodes, &graph_inputs) {
+            Some(order) => {
+                let mut m = model.clone();
+                let gm = m.graph.as_mut().unwrap();
+                gm.node = order.into_iter().map(|i| new_nodes[i].clone()).collect();
+                m.functions.extend(functions);
+                if !fused.is_empty() {
+                    m.opset_import
+                        .push(OperatorSetIdProto { domain: FUSED_DOMAIN.into(), version: 1 });
+                    // Model-local functions need IR version 8.
+                    m.ir_version = m.ir_version.max(8);
+                }
+                let owned_now: BTreeSet<usize> =
+                    cl.iter().flat_map(|c| c.1.iter().copied()).collect();
+                let left = (0..nodes.len())
+                    .filter(|i| !owned_now.contains(i))
+                    .map(|i| {
+                        let why = left_why.get(&i).cloned().unwrap_or_else(|| {
+                            "no fused kernel holds it (a view, shape arithmetic, or a kernel of its own)".into()
+                        });
+                        (nodes[i].name.clone(), why)
+                    })
+                    .collect();
+                return Fused { model: m, fused, left };
+            }
+            None => {
+                // Un-fuse the last cluster on a cycle and try again (terminates: clusters shrink).
+                let Some(ci) = cl.len().checked_sub(1) else {
+                    unreachable!("the original graph is acyclic")
+                };
+                for n in &cl[ci].1 {
+                    left_why.insert(
+                        *n,
+                        "fusing its kernel would make a cycle in the ONNX graph".into(),
+                    );
+                }
+                cl.remove(ci);
+                let _ = cluster_of_new;
+            }
+        }
+    }
+}

@@ -1,0 +1,918 @@
+//! ONNX graph -> the compiler's IR, through `GraphBuilder`.
+//!
+//! Values are tensors in the IR (`Val::Node`), or known at import time: integer tensors (shape
+//! arithmetic, folded symbolically in terms of the model's dynamic dims) and small float
+//! constants (`Val::Known`). Float initializers become graph parameters (the weights, read from
+//! the model file at run time); graph inputs keep their names, and a dim named by `dim_param`
+//! stays dynamic. Every IR node records the ONNX node it came from as its `line` (node index +
+//! 1), which the fused-model writer uses to map kernels back to nodes.
+
+use crate::load::{tensor_bytes, Model};
+use crate::proto::{attribute_type, data_type, AttributeProto, NodeProto, TensorProto};
+use crate::OnnxError;
+use autofusion_compiler::dim::{numel, shape_str, DimExpr, Shape};
+use autofusion_compiler::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
+use autofusion_compiler::GraphBuilder;
+use std::collections::HashMap;
+
+/// The opsets this importer reads (of the default domain).
+pub const OPSETS: std::ops::RangeInclusive<i64> = 13..=21;
+
+/// A model read into the IR.
+pub struct Imported {
+    pub graph: Graph,
+    /// Parameters that are initializers (weights), by parameter index.
+    pub weights: Vec<(usize, String)>,
+    /// The model's default-domain opset.
+    pub opset: i64,
+}
+
+/// A value during import.
+#[derive(Clone, Debug)]
+enum Val {
+    /// A tensor computed by the IR graph.
+    Node(NodeId),
+    /// A tensor known at import time: its shape and its elements (integers as dims, so shape
+    /// arithmetic stays symbolic; floats as constant dims are not used, see `floats`).
+    Known { shape: Vec<usize>, ints: Vec<DimExpr>, floats: Vec<f64>, float: bool },
+}
+
+impl Imported {
+    /// The little-endian bytes of weight parameter `param` (an initializer) as the model file
+    /// holds them: a slice of the mapped model or of its external-data file, not a copy.
+    pub fn weight_bytes(&self, model: &Model, param: usize) -> Result<bytes::Bytes, OnnxError> {
+        let (_, name) = self.weights.iter().find(|(p, _)| *p == param).ok_or_else(|| {
+            OnnxError::model(format!("parameter {param} is not a weight of the model"))
+        })?;
+        let g = model.proto.graph.as_ref().expect("load checks the graph");
+        let t = g.initializer.iter().find(|t| &t.name == name).expect("weights are initializers");
+        let node = self.graph.node(self.graph.param_nodes()[param]);
+        let n = node.shape.iter().map(|d| d.as_const().unwrap_or(0).max(0) as usize).product();
+        tensor_bytes(t, &model.path, node.dtype.size(), n)
+    }
+}
+
+/// Import the graph of `model` as an IR graph named `name`.
+pub fn import(model: &Model, name: &str) -> Result<Imported, OnnxError> {
+    let proto = &model.proto;
+    let opset = proto
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .ok_or_else(|| OnnxError::model("imports no default-domain opset".into()))?;
+    if !OPSETS.contains(&opset) {
+        return Err(OnnxError::model(format!("opset {opset} is not supported")).help(format!(
+            "re-export the model with an opset in {}..={}",
+            OPSETS.start(),
+            OPSETS.end()
+        )));
+    }
+    let graph = proto.graph.as_ref().expect("load checks the graph");
+    let mut im = Importer {
+        model,
+        b: GraphBuilder::new(name),
+        vals: HashMap::new(),
+        inits: graph.initializer.iter().map(|t| (t.name.clone(), t)).collect(),
+        weights: Vec::new(),
+        n_params: 0,
+        opset,
+    };
+    for input in &graph.input {
+        if im.inits.contains_key(&input.name) {
+            continue; // an initializer listed as an input too (IR version < 4)
+        }
+        let (dtype, shape) = value_type(input)?;
+        let id = im.b.param(&input.name, dtype, shape);
+        im.n_params += 1;
+        im.vals.insert(input.name.clone(), Val::Node(id));
+    }
+    for (i, node) in graph.node.iter().enumerate() {
+        im.b.set_line(i as u32 + 1);
+        im.node(node).map_err(|e| im.node_error(node, e))?;
+    }
+    for out in &graph.output {
+        match im.vals.get(&out.name) {
+            Some(Val::Node(id)) => {
+                im.b.output(*id);
+            }
+            Some(_) => {
+                return Err(OnnxError::model(format!(
+                    "graph output `{}` is a constant: nothing to compute",
+                    out.name
+                )))
+            }
+            None => {
+                return Err(OnnxError::model(format!(
+                    "graph output `{}` is produced by no node",
+                    out.name
+                )))
+            }
+        }
+    }
+    let Importer { b, weights, .. } = im;
+    let graph = b.finish().map_err(|e| OnnxError::model(e.to_string()))?;
+    Ok(Imported { graph, weights, opset })
+}
+
+/// The dtype and shape of a graph input; `dim_param` names become dynamic dims.
+fn value_type(v: &crate::proto::ValueInfoProto) -> Result<(DType, Shape), OnnxError> {
+    use crate::proto::tensor_shape_proto::dimension::Value as D;
+    use crate::proto::type_proto::Value as T;
+    let err = |m: String| OnnxError::model(format!("graph input `{}`: {m}", v.name));
+    let Some(T::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
+        return Err(err("is not a tensor".into()));
+    };
+    let dtype = float_dtype(t.elem_type)
+        .ok_or_else(|| err(format!("element type {} is not f32, f16 or bf16", t.elem_type)))?;
+    let shape = t.shape.as_ref().ok_or_else(|| err("has no shape".into()))?;
+    let dims = shape
+        .dim
+        .iter()
+        .enumerate()
+        .map(|(a, d)| match &d.value {
+            Some(D::DimValue(n)) if *n >= 0 => Ok(DimExpr::constant(*n)),
+            Some(D::DimParam(p)) if !p.is_empty() => Ok(DimExpr::sym(&dim_name(p))),
+            _ => Err(err(format!("axis {a} has neither a size nor a name"))
+                .help("name dynamic axes when exporting (dynamic_axes / dynamic_shapes)")),
+        })
+        .collect::<Result<Shape, OnnxError>>()?;
+    Ok((dtype, dims))
+}
+
+/// A dim name usable in generated code: letters, digits and `_`.
+fn dim_name(p: &str) -> String {
+    let s: String = p.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    if s.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("d_{s}")
+    } else {
+        s
+    }
+}
+
+fn float_dtype(t: i32) -> Option<DType> {
+    match t {
+        data_type::FLOAT => Some(DType::F32),
+        data_type::FLOAT16 => Some(DType::F16),
+        data_type::BFLOAT16 => Some(DType::BF16),
+        _ => None,
+    }
+}
+
+struct Importer<'m> {
+    model: &'m Model,
+    b: GraphBuilder,
+    vals: HashMap<String, Val>,
+    inits: HashMap<String, &'m TensorProto>,
+    weights: Vec<(usize, String)>,
+    n_params: usize,
+    opset: i64,
+}
+
+/// Attributes of one node, by name.
+struct Attrs<'a>(&'a [AttributeProto]);
+
+impl Attrs<'_> {
+    fn get(&self, n: &str) -> Option<&AttributeProto> {
+        self.0.iter().find(|a| a.name == n)
+    }
+    fn int(&self, n: &str, default: i64) -> i64 {
+        self.get(n).filter(|a| a.r#type == attribute_type::INT).map_or(default, |a| a.i)
+    }
+    fn float(&self, n: &str, default: f32) -> f32 {
+        self.get(n).filter(|a| a.r#type == attribute_type::FLOAT).map_or(default, |a| a.f)
+    }
+    fn ints(&self, n: &str) -> Option<Vec<i64>> {
+        self.get(n).filter(|a| a.r#type == attribute_type::INTS).map(|a| a.ints.clone())
+    }
+    fn string(&self, n: &str) -> Option<String> {
+        self.get(n)
+            .filter(|a| a.r#type == attribute_type::STRING)
+            .map(|a| String::from_utf8_lossy(&a.s).into_owned())
+    }
+}
+
+/// Axis `a` (negative counts from the end) of a rank-`r` tensor.
+fn axis(a: i64, r: usize) -> Result<usize, String> {
+    let v = if a < 0 { a + r as i64 } else { a };
+    if (0..r as i64).contains(&v) {
+        Ok(v as usize)
+    } else {
+        Err(format!("axis {a} is out of range for rank {r}"))
+    }
+}
+
+type R<T> = Result<T, String>;
+
+impl Importer<'_> {
+    /// The error of node `n`: its op, opset and input shapes, and what went wrong.
+    fn node_error(&self, n: &NodeProto, msg: String) -> OnnxError {
+        let ins: Vec<String> = n
+            .input
+            .iter()
+            .filter(|i| !i.is_empty())
+            .map(|i| match self.vals.get(i) {
+                Some(Val::Node(id)) => {
+                    let nd = self.b.node(*id);
+                    format!("{i}: {}{}", nd.dtype.name(), shape_str(&nd.shape))
+                }
+                Some(Val::Known { shape, .. }) => format!("{i}: constant {shape:?}"),
+                None if self.inits.contains_key(i) => format!("{i}: initializer"),
+                None => format!("{i}: (unknown)"),
+            })
+            .collect();
+        OnnxError {
+            context: format!(
+                "node `{}` ({}, opset {}) with inputs [{}]",
+                n.name,
+                n.op_type,
+                self.opset,
+                ins.join(", ")
+            ),
+            msg,
+            help: None,
+        }
+    }
+
+    /// The value named `name`: computed, known, or an initializer (a weight becomes a
+    /// parameter the first time it is read).
+    fn val(&mut self, name: &str) -> R<Val> {
+        if let Some(v) = self.vals.get(name) {
+            return Ok(v.clone());
+        }
+        let Some(t) = self.inits.get(name).copied() else {
+            let later = self
+                .model
+                .proto
+                .graph
+                .as_ref()
+                .is_some_and(|g| g.node.iter().any(|n| n.output.iter().any(|o| o == name)));
+            return Err(if later {
+                format!(
+                    "input `{name}` is produced by a later node (the nodes are not in topological \
+                     order, or they form a cycle)"
+                )
+            } else {
+                format!("input `{name}` is produced by no node, input or initializer")
+            });
+        };
+        let v = self.initializer(t)?;
+        self.vals.insert(name.to_string(), v.clone());
+        Ok(v)
+    }
+
+    /// An initializer: integers and float scalars are known; other floats are weights.
+    fn initializer(&mut self, t: &TensorProto) -> R<Val> {
+        let shape: Vec<usize> = t
+            .dims
+            .iter()
+            .map(|d| {
+                usize::try_from(*d).map_err(|_| format!("initializer `{}` has dim {d}", t.name))
+            })
+            .collect::<R<_>>()?;
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, d| a.checked_mul(*d))
+            .ok_or_else(|| format!("initializer `{}`: shape {shape:?} overflows", t.name))?;
+        let known = |ints: Vec<DimExpr>, floats: Vec<f64>, float: bool| Val::Known {
+            shape: shape.clone(),
+            ints,
+            floats,
+            float,
+        };
+        match t.data_type {
+            data_type::INT64 | data_type::INT32 => {
+                let elem = if t.data_type == data_type::INT64 { 8 } else { 4 };
+                let b = tensor_bytes(t, &self.model.path, elem, n).map_err(|e| e.msg)?;
+                let ints = b
+                    .chunks_exact(elem)
+                    .map(|c| {
+                        DimExpr::constant(if elem == 8 {
+                            i64::from_le_bytes(c.try_into().unwrap())
+                        } else {
+                            i32::from_le_bytes(c.try_into().unwrap()) as i64
+                        })
+                    })
+                    .collect();
+                Ok(known(ints, vec![], false))
+            }
+            ty => {
+                let dtype = float_dtype(ty).ok_or_else(|| {
+                    format!(
+                        "initializer `{}` has element type {ty}, not a float or an integer",
+                        t.name
+                    )
+                })?;
+                if n <= 1 {
+                    let b =
+                        tensor_bytes(t, &self.model.path, dtype.size(), n).map_err(|e| e.msg)?;
+                    let v = match dtype {
+                        DType::F32 => f32::from_le_bytes(b[..4].try_into().unwrap()) as f64,
+                        DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
+                        DType::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+                    };
+                    return Ok(known(vec![], vec![v], true));
+                }
+                // The data is read at run time; its presence and size are checked now (a
+                // mapping, not a copy).
+                tensor_bytes(t, &self.model.path, dtype.size(), n).map_err(|e| e.msg)?;
+                let dims = shape.iter().map(|d| DimExpr::constant(*d as i64)).collect();
+                let id = self.b.param(&t.name, dtype, dims);
+                self.weights.push((self.n_params, t.name.clone()));
+                self.n_params += 1;
+                Ok(Val::Node(id))
+            }
+        }
+    }
+
+    fn node_of(&mut self, name: &str) -> R<NodeId> {
+        match self.val(name)? {
+            Val::Node(id) => Ok(id),
+            Val::Known { .. } => {
+                Err(format!("input `{name}` is a constant where a tensor is computed"))
+            }
+        }
+    }
+
+    /// Integer contents of a known input (shapes, axes, indices).
+    fn ints_of(&mut self, name: &str) -> R<Vec<DimExpr>> {
+        match self.val(name)? {
+            Val::Known { ints, float: false, .. } => Ok(ints),
+            _ => Err(format!(
+                "input `{name}` must be known at import time (a constant integer tensor)"
+            )),
+        }
+    }
+
+    fn const_ints(&mut self, name: &str) -> R<Vec<i64>> {
+        self.ints_of(name)?
+            .iter()
+            .map(|d| {
+                d.as_const().ok_or_else(|| format!("input `{name}` must be constant, it is {d}"))
+            })
+            .collect()
+    }
+
+    fn shape(&self, id: NodeId) -> Shape {
+        self.b.node(id).shape.clone()
+    }
+
+    fn set(&mut self, n: &NodeProto, out: usize, v: Val) {
+        if let Some(name) = n.output.get(out).filter(|s| !s.is_empty()) {
+            self.vals.insert(name.clone(), v);
+        }
+    }
+
+    fn name(n: &NodeProto) -> String {
+        n.output.first().cloned().unwrap_or_else(|| n.name.clone())
+    }
+
+    fn bin(&mut self, op: BinaryOp, x: Val, y: Val, name: &str) -> R<Val> {
+        match (x, y) {
+            (Val::Node(a), Val::Node(b)) => {
+                self.b.binary(op, a, b, name).map(Val::Node).map_err(|e| e.msg)
+            }
+            (Val::Node(a), k @ Val::Known { .. }) => {
+                let c = self.scalar(&k, self.b.node(a).dtype)?;
+                self.b.binary(op, a, c, name).map(Val::Node).map_err(|e| e.msg)
+            }
+            (k @ Val::Known { .. }, Val::Node(b)) => {
+                let c = self.scalar(&k, self.b.node(b).dtype)?;
+                self.b.binary(op, c, b, name).map(Val::Node).map_err(|e| e.msg)
+            }
+            (a, b) => fold_binary(op, &a, &b),
+        }
+    }
+
+    /// A known single-element value as an IR constant of `dtype`.
+    fn scalar(&mut self, k: &Val, dtype: DType) -> R<NodeId> {
+        let Val::Known { ints, floats, float, .. } = k else { unreachable!() };
+        let v = match (float, floats.as_slice(), ints.as_slice()) {
+            (true, [v], _) => *v,
+            (false, _, [d]) => d.as_const().ok_or("a symbolic integer used as a tensor")? as f64,
+            _ => return Err("a constant with several elements used as a tensor operand".into()),
+        };
+        Ok(self.b.constant(v, dtype))
+    }
+
+    fn node(&mut self, n: &NodeProto) -> R<()> {
+        if !n.domain.is_empty() && n.domain != "ai.onnx" {
+            return Err(format!("domain `{}` is not supported", n.domain));
+        }
+        let a = Attrs(&n.attribute);
+        let name = Self::name(n);
+        let input = |i: usize| n.input.get(i).filter(|s| !s.is_empty()).cloned();
+        let need = |i: usize| input(i).ok_or_else(|| format!("input {i} is missing"));
+        let bin = |op: &str| match op {
+            "Add" => Some(BinaryOp::Add),
+            "Sub" => Some(BinaryOp::Sub),
+            "Mul" => Some(BinaryOp::Mul),
+            "Div" => Some(BinaryOp::Div),
+            "Pow" => Some(BinaryOp::Pow),
+            "Max" => Some(BinaryOp::Max),
+            "Min" => Some(BinaryOp::Min),
+            _ => None,
+        };
+        let un = |op: &str| match op {
+            "Neg" => Some(UnaryOp::Neg),
+            "Exp" => Some(UnaryOp::Exp),
+            "Log" => Some(UnaryOp::Log),
+            "Sqrt" => Some(UnaryOp::Sqrt),
+            "Tanh" => Some(UnaryOp::Tanh),
+            "Sigmoid" => Some(UnaryOp::Sigmoid),
+            "Relu" => Some(UnaryOp::Relu),
+            _ => None,
+        };
+        let op = n.op_type.as_str();
+        let out = if let Some(b) = bin(op) {
+            let mut acc = self.val(&need(0)?)?;
+            for i in 1..n.input.len() {
+                let y = self.val(&need(i)?)?;
+                acc = self.bin(b, acc, y, &name)?;
+            }
+            acc
+        } else if let Some(u) = un(op) {
+            let x = self.node_of(&need(0)?)?;
+            Val::Node(self.b.unary(u, x, &name).map_err(|e| e.msg)?)
+        } else {
+            match op {
+                "Identity" => self.val(&need(0)?)?,
+                "Reciprocal" => {
+                    let x = self.node_of(&need(0)?)?;
+                    let one = self.b.constant(1.0, self.b.node(x).dtype);
+                    Val::Node(self.b.binary(BinaryOp::Div, one, x, &name).map_err(|e| e.msg)?)
+                }
+                "Gelu" => {
+                    let x = self.node_of(&need(0)?)?;
+                    let u = match a.string("approximate").as_deref() {
+                        None | Some("none") => UnaryOp::Gelu,
+                        Some("tanh") => UnaryOp::GeluTanh,
+                        Some(o) => return Err(format!("approximate = `{o}` is not a GELU")),
+                    };
+                    Val::Node(self.b.unary(u, x, &name).map_err(|e| e.msg)?)
+                }
+                "Cast" => self.cast(&need(0)?, a.int("to", 0) as i32, &name)?,
+                "MatMul" => {
+                    let (x, y) = (self.node_of(&need(0)?)?, self.node_of(&need(1)?)?);
+                    if self.shape(x).len() < 2 || self.shape(y).len() < 2 {
+                        return Err("MatMul of a 1-D operand is not supported".into());
+                    }
+                    Val::Node(self.b.matmul(x, y, &name).map_err(|e| e.msg)?)
+                }
+                "Gemm" => self.gemm(n, &a, &name)?,
+                "Softmax" => {
+                    let x = self.node_of(&need(0)?)?;
+                    let ax = axis(a.int("axis", -1), self.shape(x).len())?;
+                    Val::Node(self.b.op(Op::Softmax { axis: ax }, &[x], &name).map_err(|e| e.msg)?)
+                }
+                "LayerNormalization" => self.layer_norm(n, &a, &name)?,
+                "ReduceMean" | "ReduceSum" | "ReduceMax" => self.reduce(n, &a, &name)?,
+                "Transpose" => {
+                    let x = self.node_of(&need(0)?)?;
+                    let r = self.shape(x).len();
+                    let perm: Vec<usize> = match a.ints("perm") {
+                        Some(p) => p.iter().map(|p| axis(*p, r)).collect::<R<_>>()?,
+                        None => (0..r).rev().collect(),
+                    };
+                    Val::Node(self.b.op(Op::Transpose { perm }, &[x], &name).map_err(|e| e.msg)?)
+                }
+                "Reshape" => {
+                    let x = self.node_of(&need(0)?)?;
+                    let spec = self.ints_of(&need(1)?)?;
+                    let to = reshape_target(&self.shape(x), &spec, a.int("allowzero", 0) != 0)?;
+                    Val::Node(self.b.reshape(x, to, &name).map_err(|e| e.msg)?)
+                }
+                "Flatten" => {
+                    let x = self.node_of(&need(0)?)?;
+                    let s = self.shape(x);
+                    let ax = axis(a.int("axis", 1), s.len() + 1)?;
+                    let to = vec![numel(&s[..ax]), numel(&s[ax..])];
+                    Val::Node(self.b.reshape(x, to, &name).map_err(|e| e.msg)?)
+                }
+                "Squeeze" | "Unsqueeze" => self.squeeze(n, &a, &name)?,
+                "Shape" => {
+                    let x = self.node_of(&need(0)?)?;
+                    let s = self.shape(x);
+                    let r = s.len() as i64;
+                    let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+                    let (st, en) = (clamp(a.int("start", 0)), clamp(a.int("end", r)));
+                    let ints: Vec<DimExpr> = s[st..en.max(st)].to_vec();
+                    Val::Known { shape: vec![ints.len()], ints, floats: vec![], float: false }
+                }
+                "Constant" => self.constant(&a)?,
+                "Concat" => self.concat(n, &a, &name)?,
+                "Gather" => self.gather(n, &a)?,
+                "Slice" => self.slice(n, &name)?,
+                _ => {
+                    return Err(format!(
+                        "op `{op}` is not supported by the importer (supported: MatMul, Gemm, \
+                         Add, Sub, Mul, Div, Pow, Max, Min, Neg, Exp, Log, Sqrt, Reciprocal, \
+                         Tanh, Sigmoid, Relu, Gelu, Softmax, LayerNormalization, ReduceMean/Sum/\
+                         Max, Cast, Identity, Transpose, Reshape, Flatten, Squeeze, Unsqueeze, \
+                         Concat, Slice, and Shape, Gather, Constant on shapes)"
+                    ))
+                }
+            }
+        };
+        self.set(n, 0, out);
+        if n.output.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err("only the first output of this op is supported".into());
+        }
+        Ok(())
+    }
+
+    fn cast(&mut self, x: &str, to: i32, name: &str) -> R<Val> {
+        match self.val(x)? {
+            Val::Node(id) => {
+                let d =
+                    float_dtype(to).ok_or_else(|| format!("Cast to type {to} is not supported"))?;
+                Ok(Val::Node(self.b.cast(id, d, name).map_err(|e| e.msg)?))
+            }
+            Val::Known { shape, ints, floats, float } => {
+                let to_float = float_dtype(to).is_some();
+                if to_float == float {
+                    return Ok(Val::Known { shape, ints, floats, float });
+                }
+                if to_float {
+                    let floats = ints
+                        .iter()
+                        .map(|d| {
+                            d.as_const().map(|v| v as f64).ok_or("a symbolic dim cast to float")
+                        })
+                        .collect::<Result<_, _>>()?;
+                    Ok(Val::Known { shape, ints: vec![], floats, float: true })
+                } else {
+                    let ints = floats.iter().map(|f| DimExpr::constant(f.trunc() as i64)).collect();
+                    Ok(Val::Known { shape, ints, floats: vec![], float: false })
+                }
+            }
+        }
+    }
+
+    fn gemm(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
+        let mut x = self.node_of(&n.input[0])?;
+        let mut w = self.node_of(n.input.get(1).ok_or("input 1 is missing")?)?;
+        if self.shape(x).len() != 2 || self.shape(w).len() != 2 {
+            return Err("Gemm operands must be 2-D".into());
+        }
+        let tr = |b: &mut GraphBuilder, v: NodeId, nm: &str| {
+            b.op(Op::Transpose { perm: vec![1, 0] }, &[v], nm).map_err(|e| e.msg)
+        };
+        if a.int("transA", 0) != 0 {
+            x = tr(&mut self.b, x, &format!("{name}.a_t"))?;
+        }
+        if a.int("transB", 0) != 0 {
+            w = tr(&mut self.b, w, &format!("{name}.b_t"))?;
+        }
+        let mut y = self.b.matmul(x, w, &format!("{name}.mm")).map_err(|e| e.msg)?;
+        let (alpha, beta) = (a.float("alpha", 1.0) as f64, a.float("beta", 1.0) as f64);
+        let dtype = self.b.node(y).dtype;
+        if alpha != 1.0 {
+            let c = self.b.constant(alpha, dtype);
+            y = self.b.binary(BinaryOp::Mul, y, c, &format!("{name}.alpha")).map_err(|e| e.msg)?;
+        }
+        if let Some(c) = n.input.get(2).filter(|s| !s.is_empty()) {
+            let mut c = self.val(c)?;
+            if beta != 1.0 {
+                let k = Val::Known { shape: vec![], ints: vec![], floats: vec![beta], float: true };
+                c = self.bin(BinaryOp::Mul, c, k, &format!("{name}.beta"))?;
+            }
+            return self.bin(BinaryOp::Add, Val::Node(y), c, name);
+        }
+        Ok(Val::Node(y))
+    }
+
+    fn layer_norm(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
+        let x = self.node_of(&n.input[0])?;
+        let r = self.shape(x).len();
+        if axis(a.int("axis", -1), r)? != r - 1 {
+            return Err("LayerNormalization over more than the last axis is not supported".into());
+        }
+        if n.output.iter().skip(1).any(|o| !o.is_empty()) {
+            return Err("the Mean and InvStdDev outputs are not supported".into());
+        }
+        let g = self.node_of(n.input.get(1).ok_or("input 1 (Scale) is missing")?)?;
+        let bias = match n.input.get(2).filter(|s| !s.is_empty()) {
+            Some(b) => self.node_of(b)?,
+            None => self.b.constant(0.0, self.b.node(x).dtype),
+        };
+        let eps = a.float("epsilon", 1e-5) as f64;
+        self.b.op(Op::LayerNorm { eps }, &[x, g, bias], name).map(Val::Node).map_err(|e| e.msg)
+    }
+
+    fn reduce(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
+        let x = self.node_of(&n.input[0])?;
+        let r = self.shape(x).len();
+        // Axes: an attribute before opset 18 (ReduceSum: before 13), an input after.
+        let axes_input = n.op_type == "ReduceSum" || self.opset >= 18;
+        let axes: Vec<i64> = match (axes_input, n.input.get(1).filter(|s| !s.is_empty())) {
+            (true, Some(ax)) => self.const_ints(&ax.clone())?,
+            (true, None) => vec![],
+            (false, _) => a.ints("axes").unwrap_or_default(),
+        };
+        if axes.is_empty() && a.int("noop_with_empty_axes", 0) != 0 {
+            return Ok(Val::Node(x));
+        }
+        let mut axes: Vec<usize> = if axes.is_empty() {
+            (0..r).collect()
+        } else {
+            axes.iter().map(|v| axis(*v, r)).collect::<R<_>>()?
+        };
+        axes.sort_unstable();
+        axes.dedup();
+        let kind = match n.op_type.as_str() {
+            "ReduceMean" => ReduceKind::Mean,
+            "ReduceSum" => ReduceKind::Sum,
+            _ => ReduceKind::Max,
+        };
+        let mut y = x;
+        for (k, ax) in axes.iter().enumerate() {
+            let nm = if k + 1 == axes.len() { name.to_string() } else { format!("{name}.{ax}") };
+            y = self.b.op(Op::Reduce { kind, axis: *ax }, &[y], &nm).map_err(|e| e.msg)?;
+        }
+        if a.int("keepdims", 1) == 0 {
+            let s: Shape = self
+                .shape(y)
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !axes.contains(i))
+                .map(|(_, d)| d.clone())
+                .collect();
+            y = self.b.reshape(y, s, &format!("{name}.squeeze")).map_err(|e| e.msg)?;
+        }
+        Ok(Val::Node(y))
+    }
+
+    fn squeeze(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
+        let axes: Option<Vec<i64>> = match n.input.get(1).filter(|s| !s.is_empty()) {
+            Some(ax) => Some(self.const_ints(&ax.clone())?),
+            None => a.ints("axes"),
+        };
+        let unsqueeze = n.op_type == "Unsqueeze";
+        let x = self.val(&n.input[0])?;
+        let shape: Shape = match &x {
+            Val::Node(id) => self.shape(*id),
+            Val::Known { shape, .. } => {
+                shape.iter().map(|d| DimExpr::constant(*d as i64)).collect()
+            }
+        };
+        let one = DimExpr::constant(1);
+        let to: Shape = if unsqueeze {
+            let axes = axes.ok_or("Unsqueeze needs axes")?;
+            let r = shape.len() + axes.len();
+            let mut ax: Vec<usize> = axes.iter().map(|v| axis(*v, r)).collect::<R<_>>()?;
+            ax.sort_unstable();
+            let mut src = shape.iter();
+            (0..r)
+                .map(|i| if ax.contains(&i) { one.clone() } else { src.next().unwrap().clone() })
+                .collect()
+        } else {
+            let ax: Vec<usize> = match axes {
+                Some(v) => v.iter().map(|v| axis(*v, shape.len())).collect::<R<_>>()?,
+                None => (0..shape.len()).filter(|i| shape[*i] == one).collect(),
+            };
+            if let Some(i) = ax.iter().find(|i| shape[**i] != one) {
+                return Err(format!("axis {i} has size {}, not 1", shape[*i]));
+            }
+            shape
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !ax.contains(i))
+                .map(|(_, d)| d.clone())
+                .collect()
+        };
+        match x {
+            Val::Node(id) => Ok(Val::Node(self.b.reshape(id, to, name).map_err(|e| e.msg)?)),
+            Val::Known { ints, floats, float, .. } => Ok(Val::Known {
+                shape: to.iter().map(|d| d.as_const().unwrap() as usize).collect(),
+                ints,
+                floats,
+                float,
+            }),
+        }
+    }
+
+    fn constant(&mut self, a: &Attrs) -> R<Val> {
+        if let Some(t) = a.get("value").and_then(|v| v.t.as_ref()) {
+            return self.initializer(t);
+        }
+        if let Some(v) = a.get("value_float") {
+            return Ok(Val::Known {
+                shape: vec![],
+                ints: vec![],
+                floats: vec![v.f as f64],
+                float: true,
+            });
+        }
+        if let Some(v) = a.get("value_floats") {
+            let floats: Vec<f64> = v.floats.iter().map(|f| *f as f64).collect();
+            return Ok(Val::Known { shape: vec![floats.len()], ints: vec![], floats, float: true });
+        }
+        if let Some(v) = a.get("value_int") {
+            return Ok(Val::Known {
+                shape: vec![],
+                ints: vec![DimExpr::constant(v.i)],
+                floats: vec![],
+                float: false,
+            });
+        }
+        if let Some(v) = a.get("value_ints") {
+            let ints: Vec<DimExpr> = v.ints.iter().map(|i| DimExpr::constant(*i)).collect();
+            return Ok(Val::Known { shape: vec![ints.len()], ints, floats: vec![], float: false });
+        }
+        Err("Constant without a supported value attribute".into())
+    }
+
+    fn concat(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
+        let vals: Vec<Val> = n.input.iter().map(|i| self.val(i)).collect::<R<_>>()?;
+        if vals.iter().all(|v| matches!(v, Val::Known { float: false, .. })) {
+            let mut ints = Vec::new();
+            for v in vals {
+                let Val::Known { shape, ints: xs, .. } = v else { unreachable!() };
+                if shape.len() > 1 {
+                    return Err("Concat of constant tensors of rank > 1".into());
+                }
+                ints.extend(xs);
+            }
+            return Ok(Val::Known { shape: vec![ints.len()], ints, floats: vec![], float: false });
+        }
+        let ids: Vec<NodeId> = n.input.iter().map(|i| self.node_of(i)).collect::<R<_>>()?;
+        let ax = axis(a.int("axis", 0), self.shape(ids[0]).len())?;
+        Ok(Val::Node(self.b.op(Op::Concat { axis: ax }, &ids, name).map_err(|e| e.msg)?))
+    }
+
+    /// Gather on a known integer tensor (shape arithmetic).
+    fn gather(&mut self, n: &NodeProto, a: &Attrs) -> R<Val> {
+        let data = self.val(&n.input[0])?;
+        let Val::Known { shape, ints, float: false, .. } = data else {
+            return Err(
+                "Gather of a computed or float tensor (embedding lookup) is not supported yet"
+                    .into(),
+            );
+        };
+        if shape.len() != 1 || a.int("axis", 0) != 0 {
+            return Err("Gather on constants is supported on 1-D integer tensors only".into());
+        }
+        let idx = self.val(n.input.get(1).ok_or("input 1 is missing")?)?;
+        let Val::Known { shape: ishape, ints: is, float: false, .. } = idx else {
+            return Err("Gather indices must be constant".into());
+        };
+        let picked = is
+            .iter()
+            .map(|i| {
+                let i = i.as_const().ok_or("symbolic Gather index")?;
+                let k = if i < 0 { i + shape[0] as i64 } else { i };
+                ints.get(usize::try_from(k).map_err(|_| "Gather index out of range")?)
+                    .cloned()
+                    .ok_or("Gather index out of range")
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Val::Known { shape: ishape, ints: picked, floats: vec![], float: false })
+    }
+
+    /// Slice with constant starts, ends, axes and unit steps.
+    fn slice(&mut self, n: &NodeProto, name: &str) -> R<Val> {
+        let starts = self.const_ints(n.input.get(1).ok_or("starts are missing")?)?;
+        let ends = self.const_ints(n.input.get(2).ok_or("ends are missing")?)?;
+        let x = self.val(&n.input[0])?;
+        let rank = match &x {
+            Val::Node(id) => self.shape(*id).len(),
+            Val::Known { shape, .. } => shape.len(),
+        };
+        let axes: Vec<usize> = match n.input.get(3).filter(|s| !s.is_empty()) {
+            Some(ax) => {
+                self.const_ints(&ax.clone())?.iter().map(|v| axis(*v, rank)).collect::<R<_>>()?
+            }
+            None => (0..starts.len()).collect(),
+        };
+        if let Some(st) = n.input.get(4).filter(|s| !s.is_empty()) {
+            if self.const_ints(&st.clone())?.iter().any(|s| *s != 1) {
+                return Err("Slice with steps other than 1 is not supported".into());
+            }
+        }
+        match x {
+            Val::Known { shape, ints, float: false, .. } if shape.len() == 1 => {
+                let len = shape[0] as i64;
+                let c = |v: i64| (if v < 0 { v + len } else { v }).clamp(0, len) as usize;
+                let (s, e) = (c(starts[0]), c(ends[0]));
+                let ints: Vec<DimExpr> = ints[s..e.max(s)].to_vec();
+                Ok(Val::Known { shape: vec![ints.len()], ints, floats: vec![], float: false })
+            }
+            Val::Node(mut id) => {
+                for (k, ax) in axes.iter().enumerate() {
+                    let dim = self.shape(id)[*ax].clone();
+                    let bound = |v: i64| -> R<DimExpr> {
+                        if v >= 0 {
+                            match dim.as_const() {
+                                Some(d) => Ok(DimExpr::constant(v.min(d))),
+                                None if v >= i32::MAX as i64 => Ok(dim.clone()),
+                                None => Ok(DimExpr::constant(v)),
+                            }
+                        } else {
+                            Ok(dim.add(&DimExpr::constant(v)))
+                        }
+                    };
+                    let (s, e) = (bound(starts[k])?, bound(ends[k])?);
+                    let nm =
+                        if k + 1 == axes.len() { name.to_string() } else { format!("{name}.{ax}") };
+                    id = self
+                        .b
+                        .op(Op::Slice { axis: *ax, start: s, end: e }, &[id], &nm)
+                        .map_err(|e| e.msg)?;
+                }
+                Ok(Val::Node(id))
+            }
+            _ => Err("Slice of a constant tensor of rank > 1".into()),
+        }
+    }
+}
+
+/// Binary arithmetic on two known values (shape arithmetic), elementwise with broadcasting of
+/// single elements.
+fn fold_binary(op: BinaryOp, a: &Val, b: &Val) -> R<Val> {
+    let (
+        Val::Known { shape: sa, ints: ia, floats: fa, float: xa },
+        Val::Known { shape: sb, ints: ib, floats: fb, float: xb },
+    ) = (a, b)
+    else {
+        unreachable!()
+    };
+    if xa != xb {
+        return Err("arithmetic between a float and an integer constant".into());
+    }
+    let (la, lb) = (if *xa { fa.len() } else { ia.len() }, if *xb { fb.len() } else { ib.len() });
+    let n = la.max(lb);
+    if !(la == n || la == 1) || !(lb == n || lb == 1) {
+        return Err(format!("constant operands of {la} and {lb} elements do not broadcast"));
+    }
+    let shape = if la >= lb { sa.clone() } else { sb.clone() };
+    if *xa {
+        let floats = (0..n).map(|i| op.eval(fa[i % la], fb[i % lb])).collect();
+        return Ok(Val::Known { shape, ints: vec![], floats, float: true });
+    }
+    let ints = (0..n)
+        .map(|i| {
+            let (x, y) = (&ia[i % la], &ib[i % lb]);
+            match op {
+                BinaryOp::Add => Ok(x.add(y)),
+                BinaryOp::Sub => Ok(x.sub(y)),
+                BinaryOp::Mul => Ok(x.mul(y)),
+                BinaryOp::Div => match (x.as_const(), y.as_const()) {
+                    (Some(p), Some(q)) if q != 0 => Ok(DimExpr::constant(p.div_euclid(q))),
+                    _ => x.div(y).ok_or_else(|| format!("{x} / {y} is not exact")),
+                },
+                _ => match (x.as_const(), y.as_const()) {
+                    (Some(p), Some(q)) => Ok(DimExpr::constant(op.eval(p as f64, q as f64) as i64)),
+                    _ => Err(format!("`{}` of symbolic dims", op.name())),
+                },
+            }
+        })
+        .collect::<R<_>>()?;
+    Ok(Val::Known { shape, ints, floats: vec![], float: false })
+}
+
+/// The shape a Reshape produces: 0 copies the input's dim (unless `allowzero`), -1 is what is
+/// left of the element count.
+fn reshape_target(input: &Shape, spec: &[DimExpr], allowzero: bool) -> R<Shape> {
+    let mut out: Vec<Option<DimExpr>> = Vec::new();
+    for (i, d) in spec.iter().enumerate() {
+        match d.as_const() {
+            Some(0) if !allowzero => out.push(Some(
+                input.get(i).cloned().ok_or(format!("0 at axis {i} copies no input dim"))?,
+            )),
+            Some(-1) => out.push(None),
+            Some(v) if v < 0 => return Err(format!("reshape dim {v}")),
+            _ => out.push(Some(d.clone())),
+        }
+    }
+    if out.iter().filter(|d| d.is_none()).count() > 1 {
+        return Err("more than one -1 in the shape".into());
+    }
+    let known: Shape = out.iter().flatten().cloned().collect();
+    let rest = if out.iter().any(|d| d.is_none()) {
+        Some(remaining(input, &known).ok_or_else(|| {
+            format!(
+                "cannot infer -1: {} is not a multiple of {}",
+                shape_str(input),
+                shape_str(&known)
+            )
+        })?)
+    } else {
+        None
+    };
+    Ok(out.into_iter().map(|d| d.unwrap_or_else(|| rest.clone().unwrap())).collect())
+}
+
+/// numel(input) / numel(known), cancelling equal factors first so symbolic dims divide out.
+fn remaining(input: &Shape, known: &Shape) -> Option<DimExpr> {
+    let mut left: Vec<DimExpr> = input.to_vec();
+    let mut rest: Vec<DimExpr> = Vec::new();
+    for k in known {
+        if let Some(p) = left.iter().position(|d| d == k) {
+            left.remove(p);
+        } else {
+            rest.push(k.clone());
+        }
+    }
+    numel(&left).div(&numel(&rest))
+}

@@ -1,0 +1,198 @@
+//! The `graph-autofusion` command on the seed-layer fixture: its log, the fused model (decoded
+//! again, idempotent on its own output), one-line errors, and, with Python's onnx and
+//! onnxruntime, `onnx.checker` and onnxruntime's outputs on the fused model against the
+//! original. CI installs them and sets AUTOFUSION_REQUIRE_ONNX_PY=1 so that part must run.
+
+use autofusion_onnx::export::is_fused;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli");
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_graph-autofusion")).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `python3 -c script args..` when Python has onnx and onnxruntime; `None` (said on stderr)
+/// when it has not and CI did not ask for it.
+fn python(script: &str, args: &[&Path]) -> Option<String> {
+    let has = Command::new("python3")
+        .args(["-c", "import onnx, onnxruntime, numpy"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has {
+        assert!(
+            std::env::var("AUTOFUSION_REQUIRE_ONNX_PY").is_err(),
+            "AUTOFUSION_REQUIRE_ONNX_PY is set but python3 cannot import onnx, onnxruntime and numpy"
+        );
+        eprintln!(
+            "NOT RUN: python3 has no onnx / onnxruntime (pip install -r peers/requirements.txt)"
+        );
+        return None;
+    }
+    let out = Command::new("python3").arg("-c").arg(script).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "python failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(stdout)
+}
+
+const CHECK: &str = r#"
+import sys, numpy as np, onnx, onnxruntime as ort
+orig, fused = sys.argv[1], sys.argv[2]
+m = onnx.load(fused)
+onnx.checker.check_model(m, full_check=True)
+feeds = {}
+rng = np.random.default_rng(1)
+for i in onnx.load(orig).graph.input:
+    dims = [d.dim_value if d.dim_value else 7 for d in i.type.tensor_type.shape.dim]
+    feeds[i.name] = rng.standard_normal(dims).astype(np.float32)
+run = lambda p: ort.InferenceSession(p, providers=["CPUExecutionProvider"]).run(None, feeds)
+diff = max(float(np.abs(a - b).max()) for a, b in zip(run(orig), run(fused)))
+print(f"checker ok, {len(m.functions)} functions, max abs diff {diff}")
+assert diff <= 1e-5, diff
+"#;
+
+#[test]
+fn fuses_the_seed_layer_and_onnxruntime_runs_the_result() {
+    let input = fixture("seed_d32.onnx");
+    let (output, report, emit) = (tmp("seed_fused.onnx"), tmp("seed_report.md"), tmp("emit"));
+    let (code, out, err) = run(&[
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+        "--fusion-rules",
+        "all",
+        "--opt-level",
+        "3",
+        "--emit-dir",
+        emit.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    for want in [
+        "[INFO] Graph `seed_d32`: found 45 operators",
+        "[INFO] Estimated benefit:",
+        "[INFO] Fused 45 operators into",
+        "[INFO] Generated fused operator code:",
+        "(flash_attention, layout_store) holds 6 nodes: qk, scores, p, pv, pv_t, a",
+        "[INFO] ONNX graph: 31 nodes -> ",
+    ] {
+        assert!(out.contains(want), "missing `{want}` in:\n{out}");
+    }
+    assert!(emit.join("seed_d32.c").exists() && emit.join("include/autofusion/host.h").exists());
+    assert!(std::fs::read_to_string(&report).unwrap().contains("## ONNX nodes left as they were"));
+    let fused = autofusion_onnx::load(&output).unwrap();
+    assert!(is_fused(&fused.proto));
+    assert_eq!(fused.proto.functions.len(), out.matches("[INFO] Fused_").count());
+    // Its own output: nothing to change, said so, bytes unchanged.
+    let again = tmp("seed_again.onnx");
+    let (code, out2, _) =
+        run(&["--input", output.to_str().unwrap(), "--output", again.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out2.contains("already fused"), "{out2}");
+    assert_eq!(std::fs::read(&output).unwrap(), std::fs::read(&again).unwrap());
+    if let Some(o) = python(CHECK, &[&input, &output]) {
+        eprintln!("python: {o}");
+    }
+}
+
+#[test]
+fn every_opt_level_and_target_gives_a_model_onnxruntime_runs() {
+    let input = fixture("seed_d32.onnx");
+    for (level, target, rules) in [
+        ("0", "host", "all"),
+        ("2", "ascend910b", "all"),
+        ("3", "host", "none"),
+        ("3", "host", "linear_epilogue,flash_attention"),
+    ] {
+        let output = tmp(&format!("seed_{level}_{target}.onnx"));
+        let (code, out, err) = run(&[
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+            "--opt-level",
+            level,
+            "--target",
+            target,
+            "--fusion-rules",
+            rules,
+        ]);
+        assert_eq!(code, 0, "{out}\n{err}");
+        let m = autofusion_onnx::load(&output).unwrap();
+        let fused_nodes = out.matches("[INFO] Fused_").count();
+        assert_eq!(m.proto.functions.len(), fused_nodes);
+        if level == "0" || rules == "none" {
+            assert_eq!(fused_nodes, 0, "nothing fuses at opt_level 0 or without rules:\n{out}");
+        } else {
+            assert!(fused_nodes > 0, "{out}");
+        }
+        python(CHECK, &[&input, &output]);
+    }
+}
+
+#[test]
+fn bad_input_is_one_error_line_and_a_nonzero_exit() {
+    let input = fixture("seed_d32.onnx");
+    let garbage = tmp("garbage.onnx");
+    std::fs::write(&garbage, b"\x0a\xff\xff\xff\xff\x0fnot a model").unwrap();
+    let truncated = tmp("truncated.onnx");
+    std::fs::write(&truncated, &std::fs::read(&input).unwrap()[..1000]).unwrap();
+    let out = tmp("x.onnx");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--input".into(), "/nonexistent/m.onnx".into()], "cannot read it"),
+        (vec!["--input".into(), garbage.display().to_string()], "is not an ONNX model"),
+        (vec!["--input".into(), truncated.display().to_string()], "is not an ONNX model"),
+        (
+            vec![
+                "--input".into(),
+                input.display().to_string(),
+                "--fusion-rules".into(),
+                "fast".into(),
+            ],
+            "unknown fusion rule `fast`",
+        ),
+        (
+            vec!["--input".into(), input.display().to_string(), "--target".into(), "gpu".into()],
+            "unknown --target `gpu`",
+        ),
+    ];
+    for (mut args, want) in cases {
+        args.extend(["--output".to_string(), out.display().to_string()]);
+        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let (code, stdout, stderr) = run(&refs);
+        assert_eq!(code, 1, "{args:?}: {stdout}{stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {stderr}");
+        assert!(lines[0].starts_with("error: ") && lines[0].contains(want), "{stderr}");
+    }
+    // clap's own usage errors exit non-zero too.
+    let (code, _, _) = run(&[
+        "--input",
+        input.to_str().unwrap(),
+        "--output",
+        out.to_str().unwrap(),
+        "--opt-level",
+        "7",
+    ]);
+    assert_ne!(code, 0);
+}

@@ -1,0 +1,65 @@
+//! ONNX models through the whole flow on the host: imported (`autofusion-onnx`), planned at
+//! every opt level, generated, compiled and run on the model's own weights, against the
+//! reference interpreter and against the output onnxruntime computed when the fixture was made
+//! (`autofusion-onnx/tests/fixtures/make_fixtures.py`).
+
+mod common;
+
+use autofusion::Tensor;
+use autofusion_compiler::{target::Target, Options, Unit, Variant};
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("autofusion-onnx/tests/fixtures").join(name)
+}
+
+fn f32s(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn seed_layer_from_onnx_matches_onnxruntime_at_every_opt_level() {
+    let path = fixture("seed_d32.onnx");
+    let model = autofusion_onnx::load(&path).unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("onnx");
+    let target = Target::host();
+    let (s, d) = (5usize, 32usize);
+    let x = Tensor::from_f32(&[s, d], f32s(&fixture("seed_d32.x.bin"))).unwrap();
+    let want = Tensor::from_f32(&[s, d], f32s(&fixture("seed_d32.y.bin"))).unwrap();
+    for level in 0..=3u8 {
+        let imported = autofusion_onnx::import(&model, "seed_onnx").unwrap();
+        assert_eq!(imported.graph.dyn_dims, ["S"], "the model's dim_param stays dynamic");
+        // Parameters: x, then the weights as the model file holds them.
+        let mut params = vec![x.clone()];
+        for (p, _) in &imported.weights {
+            let node = imported.graph.node(imported.graph.param_nodes()[*p]);
+            let shape: Vec<usize> =
+                node.shape.iter().map(|e| e.as_const().unwrap() as usize).collect();
+            let bytes = imported.weight_bytes(&model, *p).unwrap();
+            let data = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()));
+            params.push(Tensor::from_f32(&shape, data.collect()).unwrap());
+        }
+        assert_eq!(params.len(), 17, "x and 16 weights");
+        let unit =
+            Unit::from_graph(imported.graph, Options { opt_level: level, ..Options::default() })
+                .unwrap();
+        let m = common::load(&unit, Variant::Fused, &target, &dir, &[]).unwrap();
+        let refs: Vec<&Tensor> = params.iter().collect();
+        let got = m.run(&refs).unwrap();
+        let reference = m.reference(&refs).unwrap();
+        common::assert_close(&format!("opt_level {level} vs reference"), &got, &reference);
+        // onnxruntime's f32 output: the same tolerance as against the reference.
+        common::assert_close(
+            &format!("opt_level {level} vs onnxruntime"),
+            &got,
+            std::slice::from_ref(&want),
+        );
+        if level == 3 {
+            assert!(m.kernel_names().len() < 12, "fused: {:?}", m.kernel_names());
+        }
+    }
+}
