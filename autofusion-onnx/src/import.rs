@@ -452,13 +452,7 @@ impl Importer<'_> {
                     Val::Node(self.b.unary(u, x, &name).map_err(|e| e.msg)?)
                 }
                 "Cast" => self.cast(&need(0)?, a.int("to", 0) as i32, &name)?,
-                "MatMul" => {
-                    let (x, y) = (self.node_of(&need(0)?)?, self.node_of(&need(1)?)?);
-                    if self.shape(x).len() < 2 || self.shape(y).len() < 2 {
-                        return Err("MatMul of a 1-D operand is not supported".into());
-                    }
-                    Val::Node(self.b.matmul(x, y, &name).map_err(|e| e.msg)?)
-                }
+                "MatMul" => self.matmul(&need(0)?, &need(1)?, &name)?,
                 "Gemm" => self.gemm(n, &a, &name)?,
                 "Softmax" => {
                     let x = self.node_of(&need(0)?)?;
@@ -515,7 +509,7 @@ impl Importer<'_> {
             }
         };
         self.set(n, 0, out);
-        if n.output.iter().skip(1).any(|o| !o.is_empty()) {
+        if op != "LayerNormalization" && n.output.iter().skip(1).any(|o| !o.is_empty()) {
             return Err("only the first output of this op is supported".into());
         }
         Ok(())
@@ -547,6 +541,38 @@ impl Importer<'_> {
                 }
             }
         }
+    }
+
+    /// numpy.matmul: a 1-D A is a row [1, K] and a 1-D B a column [K, 1], that axis dropped
+    /// from the result.
+    fn matmul(&mut self, a: &str, b: &str, name: &str) -> R<Val> {
+        let (mut x, mut y) = (self.node_of(a)?, self.node_of(b)?);
+        let (ra, rb) = (self.shape(x).len(), self.shape(y).len());
+        if ra == 0 || rb == 0 {
+            return Err("MatMul of a scalar".into());
+        }
+        let one = DimExpr::constant(1);
+        if ra == 1 {
+            let s = vec![one.clone(), self.shape(x)[0].clone()];
+            x = self.b.reshape(x, s, &format!("{name}.a_row")).map_err(|e| e.msg)?;
+        }
+        if rb == 1 {
+            let s = vec![self.shape(y)[0].clone(), one.clone()];
+            y = self.b.reshape(y, s, &format!("{name}.b_col")).map_err(|e| e.msg)?;
+        }
+        if ra > 1 && rb > 1 {
+            return Ok(Val::Node(self.b.matmul(x, y, name).map_err(|e| e.msg)?));
+        }
+        let z = self.b.matmul(x, y, &format!("{name}.mm")).map_err(|e| e.msg)?;
+        let mut s = self.shape(z);
+        let r = s.len();
+        if rb == 1 {
+            s.remove(r - 1);
+        }
+        if ra == 1 {
+            s.remove(r - 2);
+        }
+        Ok(Val::Node(self.b.reshape(z, s, name).map_err(|e| e.msg)?))
     }
 
     fn gemm(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
@@ -584,20 +610,104 @@ impl Importer<'_> {
 
     fn layer_norm(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
         let x = self.node_of(&n.input[0])?;
-        let r = self.shape(x).len();
-        if axis(a.int("axis", -1), r)? != r - 1 {
-            return Err("LayerNormalization over more than the last axis is not supported".into());
-        }
-        if n.output.iter().skip(1).any(|o| !o.is_empty()) {
-            return Err("the Mean and InvStdDev outputs are not supported".into());
-        }
-        let g = self.node_of(n.input.get(1).ok_or("input 1 (Scale) is missing")?)?;
-        let bias = match n.input.get(2).filter(|s| !s.is_empty()) {
+        let shape = self.shape(x);
+        let r = shape.len();
+        let ax = axis(a.int("axis", -1), r)?;
+        self.layer_norm_stats(n, x, ax, a.float("epsilon", 1e-5) as f64, name)?;
+        let mut g = self.node_of(n.input.get(1).ok_or("input 1 (Scale) is missing")?)?;
+        let mut bias = match n.input.get(2).filter(|s| !s.is_empty()) {
             Some(b) => self.node_of(b)?,
             None => self.b.constant(0.0, self.b.node(x).dtype),
         };
         let eps = a.float("epsilon", 1e-5) as f64;
-        self.b.op(Op::LayerNorm { eps }, &[x, g, bias], name).map(Val::Node).map_err(|e| e.msg)
+        if ax == r - 1 {
+            return self
+                .b
+                .op(Op::LayerNorm { eps }, &[x, g, bias], name)
+                .map(Val::Node)
+                .map_err(|e| e.msg);
+        }
+        // Normalised over axes ax..: flattened into one last axis (scale and bias too, which
+        // broadcast over those axes), normalised, and shaped back.
+        let inner = numel(&shape[ax..]);
+        let mut flat: Shape = shape[..ax].to_vec();
+        flat.push(inner.clone());
+        let xf = self.b.reshape(x, flat, &format!("{name}.flat")).map_err(|e| e.msg)?;
+        for (v, what) in [(&mut g, "scale"), (&mut bias, "bias")] {
+            let vs = self.shape(*v);
+            if vs.is_empty() {
+                continue; // a scalar broadcasts as it is
+            }
+            let want: Shape = shape[ax..].to_vec();
+            let full: Shape = vec![DimExpr::constant(1); want.len().saturating_sub(vs.len())]
+                .into_iter()
+                .chain(vs.iter().cloned())
+                .collect();
+            if full != want {
+                return Err(format!(
+                    "{what} {} does not cover the normalised axes {}",
+                    shape_str(&vs),
+                    shape_str(&want)
+                ));
+            }
+            *v = self
+                .b
+                .reshape(*v, vec![inner.clone()], &format!("{name}.{what}"))
+                .map_err(|e| e.msg)?;
+        }
+        let y = self
+            .b
+            .op(Op::LayerNorm { eps }, &[xf, g, bias], &format!("{name}.norm"))
+            .map_err(|e| e.msg)?;
+        Ok(Val::Node(self.b.reshape(y, shape, name).map_err(|e| e.msg)?))
+    }
+
+    /// LayerNormalization's optional outputs 1 (Mean) and 2 (InvStdDev), shaped like X with
+    /// the normalised axes kept as 1, computed from X flattened over those axes.
+    fn layer_norm_stats(
+        &mut self,
+        n: &NodeProto,
+        x: NodeId,
+        ax: usize,
+        eps: f64,
+        name: &str,
+    ) -> R<()> {
+        let wanted = |i: usize| n.output.get(i).is_some_and(|o| !o.is_empty());
+        if !wanted(1) && !wanted(2) {
+            return Ok(());
+        }
+        let shape = self.shape(x);
+        let mut flat: Shape = shape[..ax].to_vec();
+        flat.push(numel(&shape[ax..]));
+        let kept: Shape = shape
+            .iter()
+            .enumerate()
+            .map(|(i, d)| if i < ax { d.clone() } else { DimExpr::constant(1) })
+            .collect();
+        let e = |e: autofusion_compiler::BuildError| e.msg;
+        let xf = self.b.reshape(x, flat, &format!("{name}.stats_in")).map_err(e)?;
+        let last = self.shape(xf).len() - 1;
+        let mean = self
+            .b
+            .op(Op::Reduce { kind: ReduceKind::Mean, axis: last }, &[xf], &format!("{name}.mean"))
+            .map_err(e)?;
+        let c = self.b.binary(BinaryOp::Sub, xf, mean, &format!("{name}.centered")).map_err(e)?;
+        let sq = self.b.binary(BinaryOp::Mul, c, c, &format!("{name}.sq")).map_err(e)?;
+        let var = self
+            .b
+            .op(Op::Reduce { kind: ReduceKind::Mean, axis: last }, &[sq], &format!("{name}.var"))
+            .map_err(e)?;
+        let k = self.b.constant(eps, self.b.node(x).dtype);
+        let ve = self.b.binary(BinaryOp::Add, var, k, &format!("{name}.var_eps")).map_err(e)?;
+        let inv = self.b.unary(UnaryOp::Rsqrt, ve, &format!("{name}.inv_std")).map_err(e)?;
+        for (i, v, what) in [(1, mean, "mean"), (2, inv, "inv_std_dev")] {
+            if wanted(i) {
+                let out =
+                    self.b.reshape(v, kept.clone(), &format!("{name}.{what}_out")).map_err(e)?;
+                self.set(n, i, Val::Node(out));
+            }
+        }
+        Ok(())
     }
 
     fn reduce(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {

@@ -147,12 +147,17 @@ pub fn read_tensor(path: &Path) -> Result<TensorProto, OnnxError> {
         .map_err(|e| OnnxError::file(path, format!("is not a serialized tensor ({e})")))
 }
 
+/// A float tensor widened to f32.
+pub struct F32Tensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+    /// The element type it had (`proto::data_type`).
+    pub data_type: i32,
+}
+
 /// A float tensor's shape and elements widened to f32 (f32, f16, bf16 and f64 tensors), with
 /// the element type it had; `None` for other element types.
-pub fn tensor_f32(
-    t: &TensorProto,
-    model_path: &Path,
-) -> Result<Option<(Vec<usize>, Vec<f32>, i32)>, OnnxError> {
+pub fn tensor_f32(t: &TensorProto, model_path: &Path) -> Result<Option<F32Tensor>, OnnxError> {
     use crate::proto::data_type as dt;
     let shape: Vec<usize> = t
         .dims
@@ -180,5 +185,5 @@ pub fn tensor_f32(
         }
         _ => b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32).collect(),
     };
-    Ok(Some((shape, v, t.data_type)))
+    Ok(Some(F32Tensor { shape, data: v, data_type: t.data_type }))
 }

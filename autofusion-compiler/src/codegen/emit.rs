@@ -238,7 +238,12 @@ impl<'g> Emitter<'g> {
             if d == 0 {
                 let _ = writeln!(out, "const int64_t {t}_i0 = {t}_rem;");
             } else {
-                let ext = self.dim(&sp.shape[d]);
+                // An extent of 0 leaves no rows to decompose: divide by 1 instead, so the
+                // C compiler sees no constant division by zero.
+                let ext = match sp.shape[d].as_const() {
+                    Some(0) => "1 /* extent 0: no rows */".to_string(),
+                    _ => self.dim(&sp.shape[d]),
+                };
                 let _ =
                     writeln!(out, "const int64_t {t}_i{d} = {t}_rem % {ext}; {t}_rem /= {ext};");
             }
@@ -281,7 +286,9 @@ impl RowStore {
             stride[*p] = em.dim(&copy_strides[j]);
         }
         let shape = &g.node(v).shape;
-        let rows = (0..shape.len() - 1).map(|d| (em.dim(&shape[d]), stride[d].clone())).collect();
+        // (an extent of 0 leaves no rows: 1 keeps the C free of a constant division by zero)
+        let ext = |d: &DimExpr| if d.as_const() == Some(0) { "1".into() } else { em.dim(d) };
+        let rows = (0..shape.len() - 1).map(|d| (ext(&shape[d]), stride[d].clone())).collect();
         RowStore { buf: copy, permuted: Some(rows) }
     }
     /// The element offset of row `row` (a C expression) of a value `n` elements wide.
