@@ -356,7 +356,6 @@ fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
     let ins = &k.ins;
     let outs = &k.outs;
     let one_block = |tiles: f64, flops: Option<f64>| k.one_block(tiles, flops);
-    let mut cands: Vec<Cand> = Vec::new();
     let space = if kind == GroupKind::Concat {
         g.node(*members.iter().next().unwrap()).shape.clone()
     } else {
@@ -375,35 +374,24 @@ fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
     let kept = members.iter().filter(|m| full(**m) && g.node(**m).shape == space).count();
     let db = if target.double_buffer { 2.0 } else { 1.0 };
     let per_col = (streams as f64 * db + kept as f64) * 4.0;
-    if let Some(ub) = target.budget("ub") {
+    let (llc, use_, ok) = if let Some(ub) = target.budget("ub") {
         // Ascend: each AIV streams one row at a time through UB in chunks of up to `chunk`
         // columns (the generator's `Ub::per_col` x `CH`), so any row length fits once 16
         // columns do. Every chunk loop after the first re-reads the row's sources: from L2,
         // the row having just been read.
         let chunk = (((ub as f64 / per_col) / 16.0).floor() * 16.0).min(n.max(16.0));
-        let llc = in_bytes * (row_passes(g, members) - 1) as f64;
         let use_ = vec![("ub".to_string(), cx.align(per_col * chunk.max(16.0)))];
-        let (exec, mem, comp, wave) = cx.exec_us(
-            (bytes, llc),
-            cached,
-            0.0,
-            vec_flops,
-            trans,
-            0.0,
-            1.0,
-            one_block(rows, None),
-            target.cores,
-        );
-        let tiling = Tiling::Rows { rows_per_tile: 1 };
-        cands.push((exec, mem, comp, wave, (bytes, llc), tiling, use_, chunk >= 16.0));
-        return best(cands, launch, vec_flops);
-    }
-    // The host: a block streams one row at a time; later passes over a row (after a
-    // reduction) re-read it from L1, not charged (measured: charging them at the in-cache
-    // bandwidth made fused norms look slower than their parts, which they are not).
-    let use_ = vec![("l2".to_string(), cx.align(per_col * n))];
+        (in_bytes * (row_passes(g, members) - 1) as f64, use_, chunk >= 16.0)
+    } else {
+        // The host: a block streams one row at a time; later passes over a row (after a
+        // reduction) re-read it from L1, not charged (measured: charging them at the in-cache
+        // bandwidth made fused norms look slower than their parts, which they are not).
+        let use_ = vec![("l2".to_string(), cx.align(per_col * n))];
+        let ok = cx.fits(&use_);
+        (0.0, use_, ok)
+    };
     let (exec, mem, comp, wave) = cx.exec_us(
-        (bytes, 0.0),
+        (bytes, llc),
         cached,
         0.0,
         vec_flops,
@@ -413,9 +401,8 @@ fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
         one_block(rows, None),
         target.cores,
     );
-    let ok = cx.fits(&use_);
-    cands.push((exec, mem, comp, wave, (bytes, 0.0), Tiling::Rows { rows_per_tile: 1 }, use_, ok));
-    best(cands, launch, vec_flops)
+    let tiling = Tiling::Rows { rows_per_tile: 1 };
+    best(vec![(exec, mem, comp, wave, (bytes, llc), tiling, use_, ok)], launch, vec_flops)
 }
 
 /// The chunk loops a rows kernel makes over each row: one, plus one after each reduction that

@@ -175,8 +175,15 @@ fn topo_order(nodes: &[NodeProto], graph_inputs: &BTreeSet<String>) -> Option<Ve
 }
 
 /// The model with every fused cluster of `plan` as one `ai.autofusion` node. `kernel_names`
-/// names the plan's kernels (as the generated code does).
-pub fn fuse(model: &ModelProto, g: &Graph, plan: &Plan, kernel_names: &[String]) -> Fused {
+/// names the plan's kernels (as the generated code does); `left_out` says why the importer
+/// left nodes out (`Imported::left`).
+pub fn fuse(
+    model: &ModelProto,
+    g: &Graph,
+    plan: &Plan,
+    kernel_names: &[String],
+    left_out: &[(String, String)],
+) -> Fused {
     let graph = model.graph.as_ref().expect("imported model has a graph");
     let nodes = &graph.node;
     let mut cl = clusters(model, g, plan);
@@ -289,7 +296,11 @@ pub fn fuse(model: &ModelProto, g: &Graph, plan: &Plan, kernel_names: &[String])
                 let left = (0..nodes.len())
                     .filter(|i| !owned_now.contains(i))
                     .map(|i| {
-                        let why = left_why.get(&i).cloned().unwrap_or_else(|| {
+                        let by_importer = left_out
+                            .iter()
+                            .find(|(n, _)| nodes[i].output.first() == Some(n) || &nodes[i].name == n)
+                            .map(|(_, w)| format!("not imported: {w}"));
+                        let why = left_why.get(&i).cloned().or(by_importer).unwrap_or_else(|| {
                             "no fused kernel holds it (a view, shape arithmetic, or a kernel of its own)".into()
                         });
                         (nodes[i].name.clone(), why)

@@ -25,6 +25,10 @@ pub struct Imported {
     pub weights: Vec<(usize, String)>,
     /// The model's default-domain opset.
     pub opset: i64,
+    /// Nodes left out of the IR (`import_partial` only): (node name, why).
+    pub left: Vec<(String, String)>,
+    /// Parameters standing for the outputs of nodes left out, by parameter index.
+    pub boundary: Vec<(usize, String)>,
 }
 
 /// A value during import.
@@ -52,8 +56,21 @@ impl Imported {
     }
 }
 
-/// Import the graph of `model` as an IR graph named `name`.
+/// Import the graph of `model` as an IR graph named `name`; any node the compiler cannot take
+/// is an error.
 pub fn import(model: &Model, name: &str) -> Result<Imported, OnnxError> {
+    import_with(model, name, false)
+}
+
+/// Import what the compiler can take and leave the rest (the command's mode): a node it cannot
+/// take is left out, its outputs become parameters when the model records their type and
+/// shape (`value_info`), and nodes that read an output of unknown shape are left out too.
+/// Values computed in the IR that a left-out node reads are graph outputs, so they are stored.
+pub fn import_partial(model: &Model, name: &str) -> Result<Imported, OnnxError> {
+    import_with(model, name, true)
+}
+
+fn import_with(model: &Model, name: &str, partial: bool) -> Result<Imported, OnnxError> {
     let proto = &model.proto;
     let opset = proto
         .opset_import
@@ -87,15 +104,60 @@ pub fn import(model: &Model, name: &str) -> Result<Imported, OnnxError> {
         im.n_params += 1;
         im.vals.insert(input.name.clone(), Val::Node(id));
     }
+    let types: HashMap<&str, &crate::proto::ValueInfoProto> =
+        graph.value_info.iter().chain(&graph.output).map(|v| (v.name.as_str(), v)).collect();
+    let mut left: Vec<(String, String)> = Vec::new();
+    let mut left_reads: Vec<String> = Vec::new();
+    let mut unknown: std::collections::HashSet<String> = Default::default();
+    let mut boundary = Vec::new();
     for (i, node) in graph.node.iter().enumerate() {
         im.b.set_line(i as u32 + 1);
-        im.node(node).map_err(|e| im.node_error(node, e))?;
+        let reason = match node.input.iter().find(|x| unknown.contains(*x)) {
+            Some(x) if partial => Err(format!(
+                "reads `{x}`, the output of a node left as it is, whose type and shape the model \
+                 does not record (run onnx.shape_inference on the model first)"
+            )),
+            _ => im.node(node),
+        };
+        let Err(why) = reason else { continue };
+        if !partial {
+            return Err(im.node_error(node, why));
+        }
+        // Left as it is: its outputs enter the IR as parameters where their type is known.
+        left.push((Importer::name(node), format!("{} ({}): {why}", node.op_type, im.opset)));
+        left_reads.extend(node.input.iter().filter(|x| !x.is_empty()).cloned());
+        for o in node.output.iter().filter(|o| !o.is_empty()) {
+            match types.get(o.as_str()).map(|v| value_type(v)) {
+                Some(Ok((dtype, shape))) => {
+                    let id = im.b.param(o, dtype, shape);
+                    boundary.push((im.n_params, o.clone()));
+                    im.n_params += 1;
+                    im.vals.insert(o.clone(), Val::Node(id));
+                }
+                _ => {
+                    unknown.insert(o.clone());
+                }
+            }
+        }
+    }
+    // What left-out nodes read from the IR is stored: an output of the IR graph.
+    let mut outputs: Vec<NodeId> = Vec::new();
+    for x in &left_reads {
+        if let Some(Val::Node(id)) = im.vals.get(x) {
+            if !matches!(im.b.node(*id).op, Op::Param { .. }) && !outputs.contains(id) {
+                outputs.push(*id);
+            }
+        }
     }
     for out in &graph.output {
         match im.vals.get(&out.name) {
             Some(Val::Node(id)) => {
-                im.b.output(*id);
+                if !outputs.contains(id) {
+                    outputs.push(*id);
+                }
             }
+            _ if partial
+                && (unknown.contains(&out.name) || left.iter().any(|l| l.0 == out.name)) => {}
             Some(_) => {
                 return Err(OnnxError::model(format!(
                     "graph output `{}` is a constant: nothing to compute",
@@ -110,9 +172,18 @@ pub fn import(model: &Model, name: &str) -> Result<Imported, OnnxError> {
             }
         }
     }
+    if outputs.is_empty() {
+        return Err(OnnxError::model(
+            "no part of the graph is something the compiler can take".into(),
+        )
+        .help(left.first().map_or(String::new(), |(n, w)| format!("`{n}`: {w}"))));
+    }
+    for o in outputs {
+        im.b.output(o);
+    }
     let Importer { b, weights, .. } = im;
     let graph = b.finish().map_err(|e| OnnxError::model(e.to_string()))?;
-    Ok(Imported { graph, weights, opset })
+    Ok(Imported { graph, weights, opset, left, boundary })
 }
 
 /// The dtype and shape of a graph input; `dim_param` names become dynamic dims.

@@ -11,7 +11,7 @@ pub mod import;
 pub mod load;
 pub mod proto;
 
-pub use import::{import, Imported};
+pub use import::{import, import_partial, Imported};
 pub use load::{load, Model};
 
 use std::fmt;

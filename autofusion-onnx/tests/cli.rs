@@ -3,7 +3,12 @@
 //! onnxruntime, `onnx.checker` and onnxruntime's outputs on the fused model against the
 //! original. CI installs them and sets AUTOFUSION_REQUIRE_ONNX_PY=1 so that part must run.
 
+mod common;
+
 use autofusion_onnx::export::is_fused;
+use autofusion_onnx::proto::*;
+use common::{node, value, weight};
+use prost::Message;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -195,4 +200,85 @@ fn bad_input_is_one_error_line_and_a_nonzero_exit() {
         "7",
     ]);
     assert_ne!(code, 0);
+}
+
+/// x: f32[S, 8] -> MatMul w1 -> Add b1 -> Erf (not taken by the importer) -> MatMul w2 -> Add
+/// b2 -> Relu -> y; `typed`: the model records Erf's output type (`value_info`).
+fn with_erf(typed: bool) -> ModelProto {
+    let bias = |name: &str, n: i64| {
+        let mut t = weight(name, 1, n);
+        t.dims = vec![n];
+        t
+    };
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: 17 }],
+        graph: Some(GraphProto {
+            name: "g".into(),
+            node: vec![
+                node("MatMul", &["x", "w1"], "h1"),
+                node("Add", &["h1", "b1"], "h"),
+                node("Erf", &["h"], "e"),
+                node("MatMul", &["e", "w2"], "f1"),
+                node("Add", &["f1", "b2"], "f"),
+                node("Relu", &["f"], "y"),
+            ],
+            initializer: vec![
+                weight("w1", 8, 16),
+                bias("b1", 16),
+                weight("w2", 16, 8),
+                bias("b2", 8),
+            ],
+            input: vec![value("x", data_type::FLOAT, &["S", "8"])],
+            output: vec![value("y", data_type::FLOAT, &["S", "8"])],
+            value_info: if typed {
+                vec![value("e", data_type::FLOAT, &["S", "16"])]
+            } else {
+                vec![]
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn an_unsupported_op_is_left_as_it_is_and_the_rest_fused() {
+    for typed in [true, false] {
+        let input = tmp(&format!("erf_{typed}.onnx"));
+        std::fs::write(&input, with_erf(typed).encode_to_vec()).unwrap();
+        let (output, report) =
+            (tmp(&format!("erf_{typed}_fused.onnx")), tmp(&format!("erf_{typed}.md")));
+        let (code, out, err) = run(&[
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{out}\n{err}");
+        assert!(
+            out.contains("[WARN] Left as it is: `e`: Erf (17): op `Erf` is not supported"),
+            "{out}"
+        );
+        let m = autofusion_onnx::load(&output).unwrap();
+        let fused: Vec<Vec<String>> = m
+            .proto
+            .functions
+            .iter()
+            .map(|f| f.node.iter().map(|n| n.name.clone()).collect())
+            .collect();
+        let md = std::fs::read_to_string(&report).unwrap();
+        assert!(md.contains("- `e`: not imported: Erf (17)"), "{md}");
+        if typed {
+            // Both sides of Erf are fused; Erf stays as it was between them.
+            assert_eq!(fused, [vec!["h1", "h"], vec!["f1", "f", "y"]], "{out}");
+        } else {
+            // Erf's output has no recorded type: what reads it is left as it is too.
+            assert_eq!(fused, [vec!["h1", "h"]], "{out}");
+            assert!(md.contains("- `f1`: not imported: MatMul (17): reads `e`"), "{md}");
+        }
+        python(CHECK, &[&input, &output]);
+    }
 }

@@ -108,8 +108,12 @@ fn run(a: &Args) -> Result<(), String> {
                 .collect()
         })
         .unwrap_or_else(|| "model".to_string());
-    let imported = step("importing the graph", || autofusion_onnx::import(&model, &name))
+    let imported = step("importing the graph", || autofusion_onnx::import_partial(&model, &name))
         .map_err(|e| e.to_string())?;
+    for (node, why) in &imported.left {
+        println!("[WARN] Left as it is: `{node}`: {why}");
+    }
+    let left_out = imported.left.clone();
     let options = Options { opt_level: a.opt_level, rules, debug: a.debug, ..Options::default() };
     let unit = Unit::from_graph(imported.graph, options)
         .map_err(|e| format!("{}: {e}", a.input.display()))?;
@@ -137,7 +141,7 @@ fn run(a: &Args) -> Result<(), String> {
     for l in report::summary(g, plan, &files) {
         println!("{l}");
     }
-    let fused = fuse(&model.proto, g, plan, &kernel_names);
+    let fused = fuse(&model.proto, g, plan, &kernel_names, &left_out);
     for f in &fused.fused {
         println!(
             "[INFO] {}: kernel {} ({}) holds {} nodes: {}",
