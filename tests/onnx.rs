@@ -21,17 +21,18 @@ fn f32s(path: &Path) -> Vec<f32> {
         .collect()
 }
 
-#[test]
-fn seed_layer_from_onnx_matches_onnxruntime_at_every_opt_level() {
-    let path = fixture("seed_d32.onnx");
+/// Fixture `name` ([s, d] in and out) through import, every opt level and our kernels, against
+/// the reference and onnxruntime's stored output. Returns the kernel count at opt_level 3.
+fn run_fixture(name: &str, s: usize, d: usize) -> usize {
+    let path = fixture(&format!("{name}.onnx"));
     let model = autofusion_onnx::load(&path).unwrap();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("onnx");
     let target = Target::host();
-    let (s, d) = (5usize, 32usize);
-    let x = Tensor::from_f32(&[s, d], f32s(&fixture("seed_d32.x.bin"))).unwrap();
-    let want = Tensor::from_f32(&[s, d], f32s(&fixture("seed_d32.y.bin"))).unwrap();
+    let x = Tensor::from_f32(&[s, d], f32s(&fixture(&format!("{name}.x.bin")))).unwrap();
+    let want = Tensor::from_f32(&[s, d], f32s(&fixture(&format!("{name}.y.bin")))).unwrap();
+    let mut kernels = 0;
     for level in 0..=3u8 {
-        let imported = autofusion_onnx::import(&model, "seed_onnx").unwrap();
+        let imported = autofusion_onnx::import(&model, name).unwrap();
         assert_eq!(imported.graph.dyn_dims, ["S"], "the model's dim_param stays dynamic");
         // Parameters: x, then the weights as the model file holds them.
         let mut params = vec![x.clone()];
@@ -43,7 +44,7 @@ fn seed_layer_from_onnx_matches_onnxruntime_at_every_opt_level() {
             let data = bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()));
             params.push(Tensor::from_f32(&shape, data.collect()).unwrap());
         }
-        assert_eq!(params.len(), 17, "x and 16 weights");
+        assert_eq!(params.len(), imported.graph.params.len());
         let unit =
             Unit::from_graph(imported.graph, Options { opt_level: level, ..Options::default() })
                 .unwrap();
@@ -51,15 +52,32 @@ fn seed_layer_from_onnx_matches_onnxruntime_at_every_opt_level() {
         let refs: Vec<&Tensor> = params.iter().collect();
         let got = m.run(&refs).unwrap();
         let reference = m.reference(&refs).unwrap();
-        common::assert_close(&format!("opt_level {level} vs reference"), &got, &reference);
+        common::assert_close(&format!("{name}, opt_level {level} vs reference"), &got, &reference);
         // onnxruntime's f32 output: the same tolerance as against the reference.
         common::assert_close(
-            &format!("opt_level {level} vs onnxruntime"),
+            &format!("{name}, opt_level {level} vs onnxruntime"),
             &got,
             std::slice::from_ref(&want),
         );
-        if level == 3 {
-            assert!(m.kernel_names().len() < 12, "fused: {:?}", m.kernel_names());
-        }
+        kernels = m.kernel_names().len();
     }
+    kernels
+}
+
+#[test]
+fn seed_layer_from_onnx_matches_onnxruntime_at_every_opt_level() {
+    let kernels = run_fixture("seed_d32", 5, 32);
+    assert!(kernels < 12, "fused at opt_level 3: {kernels} kernels");
+}
+
+/// GELU written out with Erf in both of torch's forms is imported as GELU (the IR has no Erf):
+/// each linear layer and its GELU are one kernel.
+#[test]
+fn gelu_written_with_erf_runs_as_gelu() {
+    let model = autofusion_onnx::load(&fixture("mlp_gelu.onnx")).unwrap();
+    let imported = autofusion_onnx::import(&model, "mlp_gelu").unwrap();
+    assert_eq!(imported.merged.len(), 2, "both GELU chains found");
+    let gelus = imported.graph.nodes.iter().filter(|n| n.op.name() == "gelu").count();
+    assert_eq!(gelus, 2);
+    assert_eq!(run_fixture("mlp_gelu", 5, 16), 2);
 }

@@ -161,7 +161,8 @@ fn run_one(dir: &Path, target: &Target, out_dir: &Path) -> Outcome {
         Some(w) => w,
         None => return Outcome::Unsupported("an output that is not a float tensor".into()),
     };
-    let m = match common::load(&unit, Variant::Fused, target, out_dir, &[]) {
+    // -O1: these kernels are tiny and only their values are checked; it halves compile time.
+    let m = match common::load(&unit, Variant::Fused, target, out_dir, &["-O1"]) {
         Ok(m) => m,
         Err(e) => return Outcome::Fail(format!("build: {e}")),
     };

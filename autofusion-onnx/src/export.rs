@@ -8,6 +8,7 @@
 //! Kernels that share an ONNX node are one fused node. A fused node that would close a cycle
 //! in the ONNX graph is left unfused.
 
+use crate::patterns::Decomposed;
 use crate::proto::{
     attribute_type, AttributeProto, FunctionProto, ModelProto, NodeProto, OperatorSetIdProto,
 };
@@ -55,7 +56,12 @@ fn find(parent: &mut [usize], i: usize) -> usize {
 
 /// The ONNX nodes (by index) each kernel of `plan` holds, after joining kernels that share a
 /// node and closing over views: one entry per resulting cluster, with its kernel indices.
-fn clusters(model: &ModelProto, g: &Graph, plan: &Plan) -> Vec<(Vec<usize>, BTreeSet<usize>)> {
+fn clusters(
+    model: &ModelProto,
+    g: &Graph,
+    plan: &Plan,
+    merged: &[Decomposed],
+) -> Vec<(Vec<usize>, BTreeSet<usize>)> {
     let nodes = &model.graph.as_ref().expect("imported model has a graph").node;
     let k = plan.groups.len();
     let mut parent: Vec<usize> = (0..k).collect();
@@ -74,6 +80,14 @@ fn clusters(model: &ModelProto, g: &Graph, plan: &Plan) -> Vec<(Vec<usize>, BTre
                 None => {
                     owner.insert(line - 1, gi);
                 }
+            }
+        }
+    }
+    // A chain imported as one op belongs with the kernel holding that op.
+    for d in merged {
+        if let Some(&k) = owner.get(&d.last) {
+            for n in &d.nodes {
+                owner.entry(*n).or_insert(k);
             }
         }
     }
@@ -176,17 +190,18 @@ fn topo_order(nodes: &[NodeProto], graph_inputs: &BTreeSet<String>) -> Option<Ve
 
 /// The model with every fused cluster of `plan` as one `ai.autofusion` node. `kernel_names`
 /// names the plan's kernels (as the generated code does); `left_out` says why the importer
-/// left nodes out (`Imported::left`).
+/// left nodes out (`Imported::left`); `merged` are the chains it imported as one op.
 pub fn fuse(
     model: &ModelProto,
     g: &Graph,
     plan: &Plan,
     kernel_names: &[String],
     left_out: &[(String, String)],
+    merged: &[Decomposed],
 ) -> Fused {
     let graph = model.graph.as_ref().expect("imported model has a graph");
     let nodes = &graph.node;
-    let mut cl = clusters(model, g, plan);
+    let mut cl = clusters(model, g, plan, merged);
     cl.retain(|c| c.1.len() >= 2);
     let mut left_why: BTreeMap<usize, String> = BTreeMap::new();
     let graph_inputs: BTreeSet<String> = graph

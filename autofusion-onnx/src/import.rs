@@ -13,7 +13,7 @@ use crate::OnnxError;
 use autofusion_compiler::dim::{numel, shape_str, DimExpr, Shape};
 use autofusion_compiler::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use autofusion_compiler::GraphBuilder;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// The opsets this importer reads (of the default domain).
 pub const OPSETS: std::ops::RangeInclusive<i64> = 13..=21;
@@ -29,6 +29,9 @@ pub struct Imported {
     pub left: Vec<(String, String)>,
     /// Parameters standing for the outputs of nodes left out, by parameter index.
     pub boundary: Vec<(usize, String)>,
+    /// Chains of nodes imported as one op (GELU written with Erf): the IR op's `line` is the
+    /// chain's last node.
+    pub merged: Vec<crate::patterns::Decomposed>,
 }
 
 /// A value during import.
@@ -110,14 +113,23 @@ fn import_with(model: &Model, name: &str, partial: bool) -> Result<Imported, Onn
     let mut left_reads: Vec<String> = Vec::new();
     let mut unknown: std::collections::HashSet<String> = Default::default();
     let mut boundary = Vec::new();
+    let merged = crate::patterns::find(graph, &model.path);
+    let inside: BTreeSet<usize> =
+        merged.iter().flat_map(|d| d.nodes.iter().copied().filter(move |n| *n != d.last)).collect();
     for (i, node) in graph.node.iter().enumerate() {
+        if inside.contains(&i) {
+            continue; // a step of a chain imported as one op at its last node
+        }
         im.b.set_line(i as u32 + 1);
         let reason = match node.input.iter().find(|x| unknown.contains(*x)) {
             Some(x) if partial => Err(format!(
                 "reads `{x}`, the output of a node left as it is, whose type and shape the model \
                  does not record (run onnx.shape_inference on the model first)"
             )),
-            _ => im.node(node),
+            _ => match merged.iter().find(|d| d.last == i) {
+                Some(d) => im.gelu(node, &d.input),
+                None => im.node(node),
+            },
         };
         let Err(why) = reason else { continue };
         if !partial {
@@ -183,7 +195,7 @@ fn import_with(model: &Model, name: &str, partial: bool) -> Result<Imported, Onn
     }
     let Importer { b, weights, .. } = im;
     let graph = b.finish().map_err(|e| OnnxError::model(e.to_string()))?;
-    Ok(Imported { graph, weights, opset, left, boundary })
+    Ok(Imported { graph, weights, opset, left, boundary, merged })
 }
 
 /// The dtype and shape of a graph input; `dim_param` names become dynamic dims.
@@ -583,6 +595,14 @@ impl Importer<'_> {
         if op != "LayerNormalization" && n.output.iter().skip(1).any(|o| !o.is_empty()) {
             return Err("only the first output of this op is supported".into());
         }
+        Ok(())
+    }
+
+    /// GELU written out with Erf (`patterns`), as the exact GELU of its input.
+    fn gelu(&mut self, n: &NodeProto, x: &str) -> R<()> {
+        let x = self.node_of(x)?;
+        let y = self.b.unary(UnaryOp::Gelu, x, &Self::name(n)).map_err(|e| e.msg)?;
+        self.set(n, 0, Val::Node(y));
         Ok(())
     }
 

@@ -9,6 +9,7 @@
 pub mod export;
 pub mod import;
 pub mod load;
+pub mod patterns;
 pub mod proto;
 
 pub use import::{import, import_partial, Imported};

@@ -282,3 +282,24 @@ fn an_unsupported_op_is_left_as_it_is_and_the_rest_fused() {
         python(CHECK, &[&input, &output]);
     }
 }
+
+#[test]
+fn gelu_written_with_erf_is_fused_with_its_linear_layer() {
+    let input = fixture("mlp_gelu.onnx");
+    let output = tmp("mlp_gelu_fused.onnx");
+    let (code, out, err) =
+        run(&["--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let m = autofusion_onnx::load(&output).unwrap();
+    let held: Vec<Vec<String>> =
+        m.proto.functions.iter().map(|f| f.node.iter().map(|n| n.name.clone()).collect()).collect();
+    assert_eq!(
+        held,
+        [
+            vec!["h1", "h", "g_div", "g_erf", "g_add", "g_mul", "g"],
+            vec!["f1", "f", "k_mul", "k_erf", "k_add", "k_half", "y"]
+        ],
+        "{out}"
+    );
+    python(CHECK, &[&input, &output]);
+}

@@ -113,7 +113,7 @@ fn run(a: &Args) -> Result<(), String> {
     for (node, why) in &imported.left {
         println!("[WARN] Left as it is: `{node}`: {why}");
     }
-    let left_out = imported.left.clone();
+    let (left_out, merged) = (imported.left.clone(), imported.merged.clone());
     let options = Options { opt_level: a.opt_level, rules, debug: a.debug, ..Options::default() };
     let unit = Unit::from_graph(imported.graph, options)
         .map_err(|e| format!("{}: {e}", a.input.display()))?;
@@ -141,7 +141,7 @@ fn run(a: &Args) -> Result<(), String> {
     for l in report::summary(g, plan, &files) {
         println!("{l}");
     }
-    let fused = fuse(&model.proto, g, plan, &kernel_names, &left_out);
+    let fused = fuse(&model.proto, g, plan, &kernel_names, &left_out, &merged);
     for f in &fused.fused {
         println!(
             "[INFO] {}: kernel {} ({}) holds {} nodes: {}",
