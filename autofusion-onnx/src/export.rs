@@ -220,11 +220,9 @@ pub fn fuse(
         let mut new_nodes: Vec<NodeProto> = Vec::new();
         let mut functions = Vec::new();
         let mut fused = Vec::new();
-        let mut cluster_of_new: Vec<Option<usize>> = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
             let Some(&ci) = owned.get(&i) else {
                 new_nodes.push(n.clone());
-                cluster_of_new.push(None);
                 continue;
             };
             let (kernels, members) = &cl[ci];
@@ -286,7 +284,6 @@ pub fn fuse(
                 ],
                 doc_string: String::new(),
             });
-            cluster_of_new.push(Some(ci));
             fused.push(FusedNode {
                 name: fname,
                 kernels: knames,
@@ -335,7 +332,6 @@ pub fn fuse(
                     );
                 }
                 cl.remove(ci);
-                let _ = cluster_of_new;
             }
         }
     }

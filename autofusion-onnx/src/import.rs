@@ -39,8 +39,8 @@ pub struct Imported {
 enum Val {
     /// A tensor computed by the IR graph.
     Node(NodeId),
-    /// A tensor known at import time: its shape and its elements (integers as dims, so shape
-    /// arithmetic stays symbolic; floats as constant dims are not used, see `floats`).
+    /// A tensor known at import time: its shape and its elements, integers as dims (so shape
+    /// arithmetic stays symbolic) or floats (`float` says which list holds them).
     Known { shape: Vec<usize>, ints: Vec<DimExpr>, floats: Vec<f64>, float: bool },
 }
 
