@@ -92,6 +92,17 @@ fn fraction_within(x: f64, a: f64, b: f64) -> f64 {
         / STEPS as f64
 }
 
+/// The distinct bytes `kernels` touch, other than `t`'s: LRU's stack distance counts each
+/// line once, so a tensor that two kernels in between both read (the normalised input of
+/// the q, k and v projections) takes its room in the cache once.
+fn distinct_bytes(kernels: &[KernelIo], t: NodeId, size: &dyn Fn(NodeId) -> f64) -> f64 {
+    let mut seen: Vec<NodeId> =
+        kernels.iter().flat_map(|k| k.reads.iter().chain(&k.writes)).copied().collect();
+    seen.sort();
+    seen.dedup();
+    seen.into_iter().filter(|x| *x != t).map(size).sum()
+}
+
 /// The off-chip traffic of `kernels` run in this order on `target`, with dims estimated by
 /// `est`.
 pub fn offchip(
@@ -115,7 +126,7 @@ pub fn offchip(
         for t in &io.reads {
             let s = size(*t);
             if let Some(&p) = last_use.get(t) {
-                let between: f64 = footprint[p + 1..k].iter().sum();
+                let between = distinct_bytes(&kernels[p + 1..k], *t, &size);
                 let before_read =
                     if io.early.contains(t) { 0.0 } else { (footprint[k] - s).max(0.0) };
                 let f =
@@ -142,7 +153,24 @@ pub fn offchip(
 
 #[cfg(test)]
 mod tests {
-    use super::fraction_within;
+    use super::{distinct_bytes, fraction_within, KernelIo};
+    use crate::ir::NodeId;
+
+    #[test]
+    fn stack_distance_counts_a_tensor_two_kernels_read_once() {
+        // The k and v projections both read h (1) and write k (2), v (3); q (0) waits for them.
+        let io = |reads: Vec<u32>, writes: Vec<u32>| KernelIo {
+            reads: reads.into_iter().map(NodeId).collect(),
+            early: Vec::new(),
+            writes: writes.into_iter().map(NodeId).collect(),
+            bytes: 0.0,
+        };
+        let between = [io(vec![1, 4], vec![2]), io(vec![1, 5], vec![3])];
+        let size = |t: NodeId| [16.0, 16.0, 16.0, 16.0, 32.0, 32.0][t.0 as usize];
+        assert_eq!(distinct_bytes(&between, NodeId(0), &size), 16.0 * 3.0 + 64.0);
+        // The tensor itself is not in its own stack distance.
+        assert_eq!(distinct_bytes(&between, NodeId(1), &size), 16.0 * 2.0 + 64.0);
+    }
 
     #[test]
     fn fraction_within_is_the_uniform_sum_distribution() {
