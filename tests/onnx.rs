@@ -81,3 +81,15 @@ fn gelu_written_with_erf_runs_as_gelu() {
     assert_eq!(gelus, 2);
     assert_eq!(run_fixture("mlp_gelu", 5, 16), 2);
 }
+
+/// Split, and reshape targets computed the way torch.onnx writes them (Shape, Gather, Concat,
+/// Equal / Where / ConstantOfShape, Range, CumSum, a constant mask through Not / And / Cast),
+/// folded at import with S staying symbolic.
+#[test]
+fn exporter_shape_arithmetic_and_split_fold_at_import() {
+    let model = autofusion_onnx::load(&fixture("shape_ops.onnx")).unwrap();
+    let imported = autofusion_onnx::import(&model, "shape_ops").unwrap();
+    let slices = imported.graph.nodes.iter().filter(|n| n.op.name() == "slice").count();
+    assert_eq!(slices, 3, "Split is three views of the projection");
+    run_fixture("shape_ops", 5, 8);
+}

@@ -53,6 +53,22 @@ const OPS: &[&str] = &[
     "Shape",
     "Gather",
     "Constant",
+    "Split",
+    "Size",
+    "ConstantOfShape",
+    "Range",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "Not",
+    "And",
+    "Or",
+    "Xor",
+    "Where",
+    "Expand",
+    "CumSum",
 ];
 
 fn generate() -> Option<PathBuf> {

@@ -15,6 +15,8 @@ use autofusion_compiler::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, Un
 use autofusion_compiler::GraphBuilder;
 use std::collections::{BTreeSet, HashMap};
 
+mod fold;
+
 /// The opsets this importer reads (of the default domain).
 pub const OPSETS: std::ops::RangeInclusive<i64> = 13..=21;
 
@@ -364,16 +366,25 @@ impl Importer<'_> {
             float,
         };
         match t.data_type {
-            data_type::INT64 | data_type::INT32 => {
-                let elem = if t.data_type == data_type::INT64 { 8 } else { 4 };
+            data_type::INT64
+            | data_type::INT32
+            | data_type::BOOL
+            | data_type::INT8
+            | data_type::UINT8 => {
+                let elem = match t.data_type {
+                    data_type::INT64 => 8,
+                    data_type::INT32 => 4,
+                    _ => 1,
+                };
                 let b = tensor_bytes(t, &self.model.path, elem, n).map_err(|e| e.msg)?;
                 let ints = b
                     .chunks_exact(elem)
                     .map(|c| {
-                        DimExpr::constant(if elem == 8 {
-                            i64::from_le_bytes(c.try_into().unwrap())
-                        } else {
-                            i32::from_le_bytes(c.try_into().unwrap()) as i64
+                        DimExpr::constant(match t.data_type {
+                            data_type::INT64 => i64::from_le_bytes(c.try_into().unwrap()),
+                            data_type::INT32 => i32::from_le_bytes(c.try_into().unwrap()) as i64,
+                            data_type::INT8 => c[0] as i8 as i64,
+                            _ => c[0] as i64,
                         })
                     })
                     .collect();
@@ -448,6 +459,75 @@ impl Importer<'_> {
 
     fn name(n: &NodeProto) -> String {
         n.output.first().cloned().unwrap_or_else(|| n.name.clone())
+    }
+
+    /// Ops folded at import only: an input computed at run time (a mask built from an input,
+    /// positions of a dynamic length) is an error naming which.
+    fn known_only(&self, op: &str, vals: &[&Val]) -> R<()> {
+        match vals.iter().position(|v| matches!(v, Val::Node(_))) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "`{op}` on a tensor computed at run time (input {i}) is not supported yet: only \
+                 on shapes and constants, which are folded at import"
+            )),
+        }
+    }
+
+    /// Split along an axis into views (Slice), one per output: sizes from the `split` input
+    /// (opset 13+), else `num_outputs` (opset 18+) or the output count, equal parts with the
+    /// last one smaller as ONNX says.
+    fn split(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<()> {
+        let x = self.node_of(n.input.first().ok_or("input 0 is missing")?)?;
+        let shape = self.shape(x);
+        let ax = axis(a.int("axis", 0), shape.len())?;
+        let outs = n.output.len();
+        let sizes: Vec<DimExpr> = match n.input.get(1).filter(|s| !s.is_empty()) {
+            Some(sp) => self.ints_of(&sp.clone())?,
+            None => {
+                let parts = a.int("num_outputs", outs as i64);
+                if parts < 1 || parts as usize != outs {
+                    return Err(format!("Split into {parts} parts with {outs} outputs"));
+                }
+                let len = &shape[ax];
+                let each = match len.as_const() {
+                    Some(l) => DimExpr::constant((l + parts - 1) / parts),
+                    None => len.div_const(parts).ok_or_else(|| {
+                        format!("Split of the dynamic dim {len} into {parts} equal parts")
+                    })?,
+                };
+                (0..parts)
+                    .map(|i| {
+                        let start = each.mul(&DimExpr::constant(i));
+                        match len.as_const() {
+                            Some(l) => DimExpr::constant(
+                                (l - start.as_const().unwrap()).clamp(0, each.as_const().unwrap()),
+                            ),
+                            None => each.clone(),
+                        }
+                    })
+                    .collect()
+            }
+        };
+        if sizes.len() != outs {
+            return Err(format!("Split into {} parts with {outs} outputs", sizes.len()));
+        }
+        let total = sizes.iter().fold(DimExpr::constant(0), |acc, s| acc.add(s));
+        if total != shape[ax] {
+            return Err(format!("Split sizes add up to {total}, the axis {ax} has {}", shape[ax]));
+        }
+        let mut start = DimExpr::constant(0);
+        for (i, size) in sizes.iter().enumerate() {
+            let end = start.add(size);
+            let nm = n.output[i].clone();
+            let nm = if nm.is_empty() { format!("{name}.{i}") } else { nm };
+            let id = self
+                .b
+                .op(Op::Slice { axis: ax, start: start.clone(), end: end.clone() }, &[x], &nm)
+                .map_err(|e| e.msg)?;
+            self.set(n, i, Val::Node(id));
+            start = end;
+        }
+        Ok(())
     }
 
     fn bin(&mut self, op: BinaryOp, x: Val, y: Val, name: &str) -> R<Val> {
@@ -580,13 +660,69 @@ impl Importer<'_> {
                 "Concat" => self.concat(n, &a, &name)?,
                 "Gather" => self.gather(n, &a)?,
                 "Slice" => self.slice(n, &name)?,
+                "Split" => return self.split(n, &a, &name),
+                "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
+                    let (x, y) = (self.val(&need(0)?)?, self.val(&need(1)?)?);
+                    self.known_only(op, &[&x, &y])?;
+                    fold::compare(op, &x, &y)?
+                }
+                "Not" | "And" | "Or" | "Xor" => {
+                    let arity = if op == "Not" { 1 } else { 2 };
+                    let vals: Vec<Val> =
+                        (0..arity).map(|i| self.val(&need(i)?)).collect::<R<_>>()?;
+                    self.known_only(op, &vals.iter().collect::<Vec<_>>())?;
+                    fold::logic(op, &vals)?
+                }
+                "Where" => {
+                    let (c, x, y) =
+                        (self.val(&need(0)?)?, self.val(&need(1)?)?, self.val(&need(2)?)?);
+                    self.known_only(op, &[&c, &x, &y])?;
+                    fold::select(&c, &x, &y)?
+                }
+                "Expand" => {
+                    let x = self.val(&need(0)?)?;
+                    let to = self.ints_of(&need(1)?)?;
+                    self.known_only(op, &[&x])?;
+                    fold::expand(&x, &to)?
+                }
+                "ConstantOfShape" => {
+                    let shape = self.ints_of(&need(0)?)?;
+                    let value = match a.get("value").and_then(|v| v.t.as_ref()) {
+                        Some(t) => Some(self.initializer(t)?),
+                        None => None,
+                    };
+                    fold::constant_of_shape(&shape, value)?
+                }
+                "Range" => {
+                    let (s, l, d) =
+                        (self.val(&need(0)?)?, self.val(&need(1)?)?, self.val(&need(2)?)?);
+                    self.known_only(op, &[&s, &l, &d])?;
+                    fold::range(&s, &l, &d)?
+                }
+                "CumSum" => {
+                    let x = self.val(&need(0)?)?;
+                    self.known_only(op, &[&x])?;
+                    let rank = fold::known(&x).map_or(0, |k| k.0.len());
+                    let ax = match self.const_ints(&need(1)?)?.as_slice() {
+                        [v] => axis(*v, rank)?,
+                        _ => return Err("CumSum's axis must be a scalar".into()),
+                    };
+                    fold::cumsum(&x, ax, a.int("exclusive", 0) != 0, a.int("reverse", 0) != 0)?
+                }
+                "Size" => {
+                    let x = self.node_of(&need(0)?)?;
+                    let n = numel(&self.shape(x));
+                    Val::Known { shape: vec![], ints: vec![n], floats: vec![], float: false }
+                }
                 _ => {
                     return Err(format!(
                         "op `{op}` is not supported by the importer (supported: MatMul, Gemm, \
                          Add, Sub, Mul, Div, Pow, Max, Min, Neg, Exp, Log, Sqrt, Reciprocal, \
                          Tanh, Sigmoid, Relu, Gelu, Softmax, LayerNormalization, ReduceMean/Sum/\
                          Max, Cast, Identity, Transpose, Reshape, Flatten, Squeeze, Unsqueeze, \
-                         Concat, Slice, and Shape, Gather, Constant on shapes)"
+                         Concat, Slice, Split, and on shapes and constants Shape, Size, \
+                         Gather, Constant, ConstantOfShape, Range, Equal, Less(OrEqual), \
+                         Greater(OrEqual), Not, And, Or, Xor, Where, Expand, CumSum)"
                     ))
                 }
             }
@@ -802,8 +938,11 @@ impl Importer<'_> {
     }
 
     fn reduce(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
-        let x = self.node_of(&n.input[0])?;
-        let r = self.shape(x).len();
+        let xv = self.val(&n.input[0])?;
+        let r = match &xv {
+            Val::Node(id) => self.shape(*id).len(),
+            Val::Known { shape, .. } => shape.len(),
+        };
         // Axes: an attribute before opset 18 (ReduceSum: before 13), an input after.
         let axes_input = n.op_type == "ReduceSum" || self.opset >= 18;
         let axes: Vec<i64> = match (axes_input, n.input.get(1).filter(|s| !s.is_empty())) {
@@ -812,7 +951,7 @@ impl Importer<'_> {
             (false, _) => a.ints("axes").unwrap_or_default(),
         };
         if axes.is_empty() && a.int("noop_with_empty_axes", 0) != 0 {
-            return Ok(Val::Node(x));
+            return Ok(xv);
         }
         let mut axes: Vec<usize> = if axes.is_empty() {
             (0..r).collect()
@@ -825,6 +964,10 @@ impl Importer<'_> {
             "ReduceMean" => ReduceKind::Mean,
             "ReduceSum" => ReduceKind::Sum,
             _ => ReduceKind::Max,
+        };
+        let x = match xv {
+            Val::Node(x) => x,
+            k => return fold::reduce(kind, &k, &axes, a.int("keepdims", 1) != 0),
         };
         let mut y = x;
         for (k, ax) in axes.iter().enumerate() {
@@ -1028,48 +1171,46 @@ impl Importer<'_> {
     }
 }
 
-/// Binary arithmetic on two known values (shape arithmetic), elementwise with broadcasting of
-/// single elements.
+/// Binary arithmetic on two known values (shape arithmetic), elementwise with numpy
+/// broadcasting.
 fn fold_binary(op: BinaryOp, a: &Val, b: &Val) -> R<Val> {
-    let (
-        Val::Known { shape: sa, ints: ia, floats: fa, float: xa },
-        Val::Known { shape: sb, ints: ib, floats: fb, float: xb },
-    ) = (a, b)
+    let (Val::Known { shape: sa, float: xa, .. }, Val::Known { shape: sb, float: xb, .. }) = (a, b)
     else {
         unreachable!()
     };
     if xa != xb {
         return Err("arithmetic between a float and an integer constant".into());
     }
-    let (la, lb) = (if *xa { fa.len() } else { ia.len() }, if *xb { fb.len() } else { ib.len() });
-    let n = la.max(lb);
-    if !(la == n || la == 1) || !(lb == n || lb == 1) {
-        return Err(format!("constant operands of {la} and {lb} elements do not broadcast"));
-    }
-    let shape = if la >= lb { sa.clone() } else { sb.clone() };
+    let out = fold::broadcast(&[sa, sb])?;
+    let (a, b) = (fold::expand_to(a, &out)?, fold::expand_to(b, &out)?);
+    let (Val::Known { ints: ia, floats: fa, .. }, Val::Known { ints: ib, floats: fb, .. }) =
+        (&a, &b)
+    else {
+        unreachable!()
+    };
     if *xa {
-        let floats = (0..n).map(|i| op.eval(fa[i % la], fb[i % lb])).collect();
-        return Ok(Val::Known { shape, ints: vec![], floats, float: true });
+        let floats = fa.iter().zip(fb).map(|(x, y)| op.eval(*x, *y)).collect();
+        return Ok(Val::Known { shape: out, ints: vec![], floats, float: true });
     }
-    let ints = (0..n)
-        .map(|i| {
-            let (x, y) = (&ia[i % la], &ib[i % lb]);
-            match op {
-                BinaryOp::Add => Ok(x.add(y)),
-                BinaryOp::Sub => Ok(x.sub(y)),
-                BinaryOp::Mul => Ok(x.mul(y)),
-                BinaryOp::Div => match (x.as_const(), y.as_const()) {
-                    (Some(p), Some(q)) if q != 0 => Ok(DimExpr::constant(p.div_euclid(q))),
-                    _ => x.div(y).ok_or_else(|| format!("{x} / {y} is not exact")),
-                },
-                _ => match (x.as_const(), y.as_const()) {
-                    (Some(p), Some(q)) => Ok(DimExpr::constant(op.eval(p as f64, q as f64) as i64)),
-                    _ => Err(format!("`{}` of symbolic dims", op.name())),
-                },
-            }
+    let ints = ia
+        .iter()
+        .zip(ib)
+        .map(|(x, y)| match op {
+            BinaryOp::Add => Ok(x.add(y)),
+            BinaryOp::Sub => Ok(x.sub(y)),
+            BinaryOp::Mul => Ok(x.mul(y)),
+            BinaryOp::Div => match (x.as_const(), y.as_const()) {
+                (Some(p), Some(q)) if q != 0 => Ok(DimExpr::constant(p.div_euclid(q))),
+                (Some(_), Some(_)) => Err("integer division by zero in shape arithmetic".into()),
+                _ => x.div(y).ok_or_else(|| format!("{x} / {y} is not exact")),
+            },
+            _ => match (x.as_const(), y.as_const()) {
+                (Some(p), Some(q)) => Ok(DimExpr::constant(op.eval(p as f64, q as f64) as i64)),
+                _ => Err(format!("`{}` of symbolic dims", op.name())),
+            },
         })
         .collect::<R<_>>()?;
-    Ok(Val::Known { shape, ints, floats: vec![], float: false })
+    Ok(Val::Known { shape: out, ints, floats: vec![], float: false })
 }
 
 /// The shape a Reshape produces: 0 copies the input's dim (unless `allowzero`), -1 is what is
