@@ -349,7 +349,8 @@ json_struct!(AscendKernel {
     ub_fixed,
     cube,
     stage_a,
-    stage_b
+    stage_b,
+    cube_bytes
 });
 json_struct!(AscendMeta { kernels, buffers, pipeline });
 

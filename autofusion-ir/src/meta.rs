@@ -61,7 +61,11 @@ pub struct AscendKernel {
     pub ub_fixed: u32,
     /// Matmul objects (0, 1 or 2), each with its `TCubeTiling` in `AfTiling::cube`.
     pub cube: u32,
-    /// Whether the user workspace holds a staged A / B operand (f32, contiguous).
+    /// Whether the user workspace holds a staged A / B operand (contiguous, in the element
+    /// type its Matmul object reads).
     pub stage_a: bool,
     pub stage_b: bool,
+    /// Per Matmul object, the bytes of one A / B element the cube reads: 2 (half or bfloat16_t,
+    /// accumulated in f32 in L0C, as the cube computes) or 4 (f32).
+    pub cube_bytes: Vec<u32>,
 }

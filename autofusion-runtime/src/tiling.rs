@@ -220,8 +220,8 @@ fn round_up(x: i64, m: i64) -> i64 {
 }
 
 /// The `TCubeTiling` fields (`ASCEND_CUBE_FIELDS` order) of an `m x n` by `k` product done
-/// in `mc x nc` tiles by `cores` cores: bases at most 128 x 128 x 32 (multiples of 16, f32
-/// operands), L1 depth 2 (stepM/N/Ka/Kb = 1, double-buffered), L0A/L0B double-buffered. The
+/// in `mc x nc` tiles by `cores` cores: bases at most 128 x 128 x 32 (multiples of 16; 32 is
+/// a whole 32-byte fractal of K for f32 and two for half operands), L1 depth 2 (stepM/N/Ka/Kb = 1, double-buffered), L0A/L0B double-buffered. The
 /// L0/L1 budgets this meets are checked by the emulator at `REGIST_MATMUL_OBJ`.
 pub fn cube_tiling(
     m: i64,
@@ -264,18 +264,26 @@ pub fn cube_tiling(
     f
 }
 
-/// Check a `TCubeTiling` (fields in `ASCEND_CUBE_FIELDS` order, f32 operands) against what
+/// Check a `TCubeTiling` (fields in `ASCEND_CUBE_FIELDS` order, A and B elements of
+/// `in_bytes`: 4 for f32, 2 for half / bfloat16_t; L0C accumulates in f32) against what
 /// the official host tiling API enforces for arch 2201 (asc-devkit `impl/adv_api/tiling/
 /// matmul/`: `MatmulApiTilingBase::SetFixSplit` and `CheckSetParam` in
 /// `matmul_tiling_base.cpp`, `CheckFinalParams` in `matmul_tiling_algorithm.cpp`) and the
 /// kernel-side `ShapeValidCheck` / `DepthCheck` of `impl/adv_api/detail/matmul/param/
 /// matmul_shape_tiling.h`, with the arch-2201 sizes of `matmul_config_utils.h` (L1 512 KiB,
 /// L0A / L0B 64 KiB, L0C 128 KiB). `aic` is the device's cube-core count.
-pub fn check_cube_tiling(t: &[i32; ASCEND_CUBE_FIELDS.len()], aic: i64) -> Result<(), String> {
+pub fn check_cube_tiling(
+    t: &[i32; ASCEND_CUBE_FIELDS.len()],
+    aic: i64,
+    in_bytes: u32,
+) -> Result<(), String> {
     let f = |name: &str| -> i64 {
         t[ASCEND_CUBE_FIELDS.iter().position(|x| *x == name).expect("cube field")] as i64
     };
-    let (sa, sb, sc) = (4i64, 4i64, 4i64); // f32 A, B and L0C accumulators
+    if in_bytes != 2 && in_bytes != 4 {
+        return Err(format!("TCubeTiling rejected: A / B elements of {in_bytes} bytes"));
+    }
+    let (sa, sb, sc) = (in_bytes as i64, in_bytes as i64, 4i64); // A, B; f32 L0C accumulators
     let (bm, bn, bk) = (f("baseM"), f("baseN"), f("baseK"));
     let mut bad = Vec::new();
     let mut need = |ok: bool, what: String| {
@@ -299,8 +307,8 @@ pub fn check_cube_tiling(t: &[i32; ASCEND_CUBE_FIELDS.len()], aic: i64) -> Resul
     need(bk > 0 && bk % k0 == 0, format!("baseK = {bk} must be a positive multiple of {k0}"));
     let db_ab = if f("dbL0A") == 2 && f("dbL0B") == 2 { 2 } else { 1 };
     let db_c = if f("dbL0C") == 2 { 2 } else { 1 };
-    need(bm * bk * sa * db_ab <= 64 << 10, format!("baseM * baseK * 4 * {db_ab} > L0A 64 KiB"));
-    need(bn * bk * sb * db_ab <= 64 << 10, format!("baseN * baseK * 4 * {db_ab} > L0B 64 KiB"));
+    need(bm * bk * sa * db_ab <= 64 << 10, format!("baseM * baseK * {sa} * {db_ab} > L0A 64 KiB"));
+    need(bn * bk * sb * db_ab <= 64 << 10, format!("baseN * baseK * {sb} * {db_ab} > L0B 64 KiB"));
     need(bm * bn * sc * db_c <= 128 << 10, format!("baseM * baseN * 4 * {db_c} > L0C 128 KiB"));
     let (sm, sn, ska, skb) = (f("stepM"), f("stepN"), f("stepKa"), f("stepKb"));
     let (da, db) = (f("depthA1"), f("depthB1"));
@@ -325,6 +333,13 @@ pub fn check_cube_tiling(t: &[i32; ASCEND_CUBE_FIELDS.len()], aic: i64) -> Resul
     } else {
         Err(format!("TCubeTiling rejected: {}", bad.join("; ")))
     }
+}
+
+/// The bytes of the A / B elements Matmul object `i` of kernel `k` reads.
+fn cube_bytes(k: &autofusion_ir::AscendKernel, i: usize) -> std::result::Result<u32, String> {
+    k.cube_bytes.get(i).copied().ok_or_else(|| {
+        format!("kernel `{}`: the module names no element size for Matmul object {i}", k.name)
+    })
 }
 
 /// DynamicTiling for one generated Ascend kernel at the bound dims on a device with `cores`.
@@ -377,17 +392,19 @@ pub fn choose_ascend(
             t.mc = mc;
             t.nc = nc;
             t.block_num = groups;
-            // The cube reads both operands as f32 (staged copies are f32 too).
+            // Bytes as the cube reads the operands (a staged copy is in the same type).
+            let esz = cube_bytes(k, 0)?;
             let (mt, nt) = ((m + mc - 1) / mc, (n + nc - 1) / nc);
             t.n_major = i64::from(autofusion_ir::abi::ascend_n_major(
-                (b * m * kd * 4) as f64,
-                (b * kd * n * 4) as f64,
+                (b * m * kd * esz as i64) as f64,
+                (b * kd * n * esz as i64) as f64,
                 mt as f64,
                 nt as f64,
             ));
             t.cube[0] = cube_tiling(m.max(1), n.max(1), kd.max(1), mc, nc, groups);
-            check_cube_tiling(&t.cube[0], cores.aic)
+            check_cube_tiling(&t.cube[0], cores.aic, esz)
                 .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
+            // Staged copies in floats of the workspace (a 16-bit copy takes fewer: this bounds it).
             let stage =
                 if k.stage_a { b * m * kd } else { 0 } + if k.stage_b { b * kd * n } else { 0 };
             let ws = (stage + aivs * mc * nc) as usize * 4;
@@ -424,14 +441,16 @@ pub fn choose_ascend(
             // QK^T: br x bc by d; PV: br x dv by bc.
             t.cube[0] = cube_tiling(sq.max(1), sk.max(1), d, br, bc, groups);
             t.cube[1] = cube_tiling(sq.max(1), dv, sk.max(1), br, dv, groups);
-            for ct in &t.cube {
-                check_cube_tiling(ct, cores.aic)
+            for (i, ct) in t.cube.iter().enumerate() {
+                check_cube_tiling(ct, cores.aic, cube_bytes(k, i)?)
                     .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
             }
             let stage = if k.stage_a { b * sq * d } else { 0 }
                 + if k.stage_b { b * (d * sk + sk * dv) } else { 0 };
-            // Per AIV: the score tile (S, then P in place) and the output accumulator.
-            let ws = (stage + aivs * (br * bc + br * dv)) as usize * 4;
+            // Per AIV: the score tile (S, then P in place) and the output accumulator, and P
+            // in V's type when the second product is 16-bit (as the generated `PER`).
+            let p16 = if cube_bytes(k, 1)? == 2 { (br * bc + 1) / 2 } else { 0 };
+            let ws = (stage + aivs * (br * bc + br * dv + p16)) as usize * 4;
             t.ws_floats = ws as i64 / 4;
             let launch =
                 AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || sq == 0 };
@@ -531,6 +550,7 @@ mod tests {
             cube: 1,
             stage_a: true,
             stage_b: false,
+            cube_bytes: vec![4, 4],
         };
         for (m, n, kk) in [(1, 4096, 512), (7, 33, 5), (513, 100, 1), (2048, 4096, 4096)] {
             let k = kernel(Work::MatMul { batch: c(1), m: c(m), n: c(n), k: c(kk) }, 99);
@@ -582,7 +602,8 @@ mod tests {
                 let k = kernel(Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(kk) }, 8);
                 let (l, _) = choose_ascend(&k, &|d| d.as_const().unwrap(), cores, None).unwrap();
                 assert!(l.block_dim as i64 <= cores.groups());
-                check_cube_tiling(&l.tiling.cube[0], cores.aic).unwrap();
+                check_cube_tiling(&l.tiling.cube[0], cores.aic, 4).unwrap();
+                check_cube_tiling(&l.tiling.cube[0], cores.aic, 2).unwrap();
             }
             for &(sq, sk, d) in &[(1, 1, 16), (7, 300, 64), (2048, 2048, 128)] {
                 let k = kernel(flash(sq, sk, d), 8);
@@ -592,9 +613,13 @@ mod tests {
         }
         let mut bad = cube_tiling(64, 64, 64, 64, 64, 4);
         bad[ASCEND_CUBE_FIELDS.iter().position(|x| *x == "baseK").unwrap()] = 12;
-        let e = check_cube_tiling(&bad, 24).unwrap_err();
+        let e = check_cube_tiling(&bad, 24, 4).unwrap_err();
         assert!(e.contains("baseK = 12 must be a positive multiple of 8"), "{e}");
-        assert!(check_cube_tiling(&cube_tiling(64, 64, 64, 64, 64, 25), 24).is_err());
+        // A K fractal of half operands is 16 elements (32 bytes).
+        let e = check_cube_tiling(&bad, 24, 2).unwrap_err();
+        assert!(e.contains("baseK = 12 must be a positive multiple of 16"), "{e}");
+        assert!(check_cube_tiling(&cube_tiling(64, 64, 64, 64, 64, 25), 24, 4).is_err());
+        assert!(check_cube_tiling(&cube_tiling(64, 64, 64, 64, 64, 4), 24, 3).is_err());
         // A rows kernel too wide for the UB even at 16 columns is an error, not a bad launch.
         let k = kernel(Work::Rows { rows: c(4), n: c(64), row_buffers: 0 }, 20_000);
         assert!(choose_ascend(&k, &|d| d.as_const().unwrap(), AscendCores::A2_24, None)

@@ -31,7 +31,10 @@
 //!   applied by the AIVs first, writing the operand once to the workspace, then `SyncAll`: the
 //!   split the devkit's fusion-operator guide recommends for LayerNorm + Linear (A = normalised rows written by
 //!   the AIVs to a GM workspace), because the cube cannot apply elementwise ops while loading
-//!   A and recomputing the statistics per N tile would repeat the vector work.
+//!   A and recomputing the statistics per N tile would repeat the vector work. The cube reads
+//!   A and B in their own type when they share one: half and bfloat16_t products accumulate
+//!   in f32 in L0C (as the cube computes, and as the cost model's 16-bit operand bytes and
+//!   fp16 cube rate assume); operands of different types are staged as f32.
 //! - flash attention: mix 1:2 with two Matmul objects: S = Q K^T on the cube into the AIV's
 //!   BR x BC score tile, the chain (scale, mask) and the online softmax on the AIV (row max,
 //!   P = exp(S - max) in place, running max and sum in UB), O += P V on the cube with atomic
@@ -1025,12 +1028,12 @@ fn gen_concat(k: &mut K, grp: &Group) -> Work {
 
 /// How the Matmul API addresses an operand of `space` (`[batch.., rows, cols]`): `Some((trans,
 /// ld))` when one of the last two strides is 1 (ld = the other), `None` otherwise.
-fn mm_layout(em: &Emitter, sp: &Space, v: NodeId) -> Option<(bool, String)> {
+fn mm_layout(em: &Emitter, sp: &Space, v: NodeId, cube: DType) -> Option<(bool, String)> {
     let a = sp.accesses[&v];
     let r = sp.shape.len();
     let view = resolve(em.g, v);
     let strides = crate::layout::space_strides(&view, &em.g.node(v).shape, r);
-    if em.g.node(v).dtype != DType::F32 {
+    if em.g.node(v).dtype != cube {
         return None;
     }
     if strides[r - 1].as_const() == Some(1) {
@@ -1052,26 +1055,63 @@ struct Operand {
     trans: bool,
     ld: String,
     staged: bool,
+    /// The element type the cube reads it in (its own, or its staged copy's).
+    ty: DType,
 }
 
-/// A `matmul::MatmulType` of a GM float matrix in ND format (`trans` for A and B, none for C).
-fn gm_matrix(trans: Option<bool>) -> String {
-    match trans {
-        Some(t) => {
-            format!("matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float, {t}>")
-        }
-        None => "matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>".to_string(),
+/// The element type a Matmul object reads A and B in: their own when both are the same
+/// (half and bfloat16_t products accumulate in f32 in L0C, which is how the cube computes:
+/// the devkit's `matmul` samples take half A / B into a float C), else f32, the operands
+/// staged as f32 copies.
+fn cube_type(g: &Graph, a: NodeId, b: NodeId) -> DType {
+    let (da, db) = (g.node(a).dtype, g.node(b).dtype);
+    if da == db {
+        da
+    } else {
+        DType::F32
     }
 }
 
-/// The Matmul object `name` of an A (`ta`) by B (`tb`) product into a GM float C.
-fn matmul_object(name: &str, ta: bool, tb: bool) -> String {
+/// A `matmul::MatmulType` of a GM matrix of `ty` in ND format (`trans` for A and B; C is a
+/// float matrix, `None`).
+fn gm_matrix(trans: Option<bool>, ty: DType) -> String {
+    let t = ascend_type(ty);
+    match trans {
+        Some(tr) => {
+            format!("matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, {t}, {tr}>")
+        }
+        None => format!("matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, {t}>"),
+    }
+}
+
+/// The Matmul object `name` of an A (`ta`) by B (`tb`) product of `ty` elements into a GM
+/// float C.
+fn matmul_object(name: &str, ta: bool, tb: bool, ty: DType) -> String {
     format!(
         "matmul::Matmul<{}, {}, {}> {name};",
-        gm_matrix(Some(ta)),
-        gm_matrix(Some(tb)),
-        gm_matrix(None)
+        gm_matrix(Some(ta), ty),
+        gm_matrix(Some(tb), ty),
+        gm_matrix(None, DType::F32)
     )
+}
+
+/// A staged operand `name`: `elems` elements of `ty` at the current end of the staged part
+/// of the user workspace (counted in floats; a 16-bit copy takes half as many, rounded up).
+fn stage_decl(c: &mut Code, name: &str, ty: DType, elems: &str) {
+    let t = ascend_type(ty);
+    let _ = writeln!(
+        c,
+        "AscendC::GlobalTensor<{t}> {name}; {name}.SetGlobalBuffer((__gm__ {t} *)(uws + stage), {elems});"
+    );
+}
+
+/// Move the staged end past `elems` elements of `ty` (floats of the user workspace).
+fn stage_advance(c: &mut Code, ty: DType, elems: &str) {
+    if ty.size() == 4 {
+        let _ = writeln!(c, "stage += {elems};");
+    } else {
+        let _ = writeln!(c, "stage += (({elems}) + 1) / 2;");
+    }
 }
 
 /// The user workspace (after the Matmul API's system workspace) and the running size of what
@@ -1132,8 +1172,9 @@ impl MatmulParts {
     }
 }
 
-/// Returns the work and whether A and B are staged in the user workspace.
-fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
+/// Returns the work, whether A and B are staged in the user workspace, and the element type
+/// the cube reads them in.
+fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
     let mp = MatmulParts::new(k.em.g, grp);
     let em = &k.em;
     let _ = writeln!(
@@ -1146,32 +1187,34 @@ fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     );
     k.setup.line("const int64_t MC = t.mc, NC = t.nc, mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
     user_workspace(&mut k.setup);
-    let a = matmul_operand_a(k, &mp);
-    let b = matmul_operand_b(k, &mp);
+    let cube = cube_type(k.em.g, mp.a_in, mp.b_in);
+    let a = matmul_operand_a(k, &mp, cube);
+    let b = matmul_operand_b(k, &mp, cube);
     let (epi, spo) = matmul_epilogue(k, grp, &mp);
     let c = &mut k.setup;
     c.line("AscendC::tiling::TCubeTiling ct;");
     c.line("af_cube_tiling(t, 0, ct);");
-    c.line(matmul_object("mm", a.trans, b.trans));
+    c.line(matmul_object("mm", a.trans, b.trans, cube));
     c.line("REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &ct); /* the AIC serves the AIVs' calls, then returns */");
     if a.staged || b.staged {
         sync_staged(&mut k.body);
     }
     matmul_tiles(k, &a, &b, &epi, &spo);
     let work = Work::MatMul { batch: numel(&mp.batch), m: mp.m(), n: mp.n(), k: mp.k_dim };
-    (work, a.staged, b.staged)
+    (work, a.staged, b.staged, cube)
 }
 
 /// Operand A: read in place when the Matmul API can address it, else staged by the AIVs as
-/// contiguous f32 rows `wa` (the norm prologue applied once per row, or the operand copied).
-fn matmul_operand_a(k: &mut K, mp: &MatmulParts) -> Operand {
+/// contiguous rows `wa` of the cube's element type (the norm prologue applied once per row,
+/// or the operand copied).
+fn matmul_operand_a(k: &mut K, mp: &MatmulParts, cube: DType) -> Operand {
     let g = k.em.g;
     let a_in = mp.a_in;
     let mut spa = space("a", mp.with(mp.m(), mp.k_dim.clone()));
     if mp.pro_nodes.is_empty() {
         k.em.access(&mut spa, a_in);
-        if let Some((trans, ld)) = mm_layout(&k.em, &spa, a_in) {
-            return Operand { v: a_in, sp: spa, trans, ld, staged: false };
+        if let Some((trans, ld)) = mm_layout(&k.em, &spa, a_in, cube) {
+            return Operand { v: a_in, sp: spa, trans, ld, staged: false, ty: cube };
         }
     }
     // Stage A = the prologue's output (or the operand itself) as contiguous f32 rows.
@@ -1191,7 +1234,7 @@ fn matmul_operand_a(k: &mut K, mp: &MatmulParts) -> Operand {
         space: spa.shape.clone(),
         nodes: mp.pro_nodes.clone(),
         srcs,
-        outs: vec![(a_in, "wa".into(), "ra * K".into(), DType::F32)],
+        outs: vec![(a_in, "wa".into(), "ra * K".into(), cube)],
         row_i: "0".into(),
         causal_shift: "0".into(),
         col0: "0".into(),
@@ -1204,8 +1247,12 @@ fn matmul_operand_a(k: &mut K, mp: &MatmulParts) -> Operand {
     } else {
         "the norm prologue applied once per row"
     };
-    let _ = writeln!(c, "/* stage A ({what}) as contiguous f32 rows in the user workspace */");
-    c.line("AscendC::GlobalTensor<float> wa; wa.SetGlobalBuffer(uws + stage, BATCH * M * K);");
+    let _ = writeln!(
+        c,
+        "/* stage A ({what}) as contiguous {} rows in the user workspace */",
+        ascend_type(cube)
+    );
+    stage_decl(c, "wa", cube, "BATCH * M * K");
     c.open("for (int64_t ra = aiv; ra < BATCH * M; ra += naiv)");
     row_offsets(&k.em, &spa, "ra", c);
     if mp.pro_nodes.is_empty() {
@@ -1214,18 +1261,18 @@ fn matmul_operand_a(k: &mut K, mp: &MatmulParts) -> Operand {
         job.emit(&mut k.ub, c);
     }
     c.close();
-    c.line("stage += BATCH * M * K;");
-    Operand { v: a_in, sp: spa, trans: false, ld: "K".into(), staged: true }
+    stage_advance(c, cube, "BATCH * M * K");
+    Operand { v: a_in, sp: spa, trans: false, ld: "K".into(), staged: true, ty: cube }
 }
 
 /// Operand B: read in place when the Matmul API can address it, else copied by the AIVs as
-/// contiguous f32 rows `wb`.
-fn matmul_operand_b(k: &mut K, mp: &MatmulParts) -> Operand {
+/// contiguous rows `wb` of the cube's element type.
+fn matmul_operand_b(k: &mut K, mp: &MatmulParts, cube: DType) -> Operand {
     let b_in = mp.b_in;
     let mut spb = space("b", mp.with(mp.k_dim.clone(), mp.n()));
     k.em.access(&mut spb, b_in);
-    if let Some((trans, ld)) = mm_layout(&k.em, &spb, b_in) {
-        return Operand { v: b_in, sp: spb, trans, ld, staged: false };
+    if let Some((trans, ld)) = mm_layout(&k.em, &spb, b_in, cube) {
+        return Operand { v: b_in, sp: spb, trans, ld, staged: false, ty: cube };
     }
     let mut srcs = BTreeMap::new();
     let s = k.src(&mut spb, b_in, "0");
@@ -1235,7 +1282,7 @@ fn matmul_operand_b(k: &mut K, mp: &MatmulParts) -> Operand {
         space: spb.shape.clone(),
         nodes: vec![],
         srcs,
-        outs: vec![(b_in, "wb".into(), "rb * N".into(), DType::F32)],
+        outs: vec![(b_in, "wb".into(), "rb * N".into(), cube)],
         row_i: "0".into(),
         causal_shift: "0".into(),
         col0: "0".into(),
@@ -1243,14 +1290,18 @@ fn matmul_operand_b(k: &mut K, mp: &MatmulParts) -> Operand {
         tag: "b".into(),
     };
     let c = &mut k.body;
-    c.line("/* stage B (a view the Matmul API cannot address) as contiguous f32 rows */");
-    c.line("AscendC::GlobalTensor<float> wb; wb.SetGlobalBuffer(uws + stage, BATCH * K * N);");
+    let _ = writeln!(
+        c,
+        "/* stage B (a view the Matmul API cannot address) as contiguous {} rows */",
+        ascend_type(cube)
+    );
+    stage_decl(c, "wb", cube, "BATCH * K * N");
     c.open("for (int64_t rb = aiv; rb < BATCH * K; rb += naiv)");
     row_offsets(&k.em, &spb, "rb", c);
     copy_row(&mut k.ub, &job, b_in, c);
     c.close();
-    c.line("stage += BATCH * K * N;");
-    Operand { v: b_in, sp: spb, trans: false, ld: "N".into(), staged: true }
+    stage_advance(c, cube, "BATCH * K * N");
+    Operand { v: b_in, sp: spb, trans: false, ld: "N".into(), staged: true, ty: cube }
 }
 
 /// The epilogue job over the output rows of one tile, and the output space it reads in.
@@ -1304,22 +1355,23 @@ fn matmul_tiles(k: &mut K, a: &Operand, b: &Operand, epi: &Job, spo: &Space) {
     c.line("const int64_t bi = u / (mt * nt), tile = u % (mt * nt);");
     c.line("const int64_t mi = t.n_major ? tile % mt : tile / nt, ni = t.n_major ? tile / mt : tile % nt;");
     c.line("const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min(MC, M - m0), nlen = af_min(NC, N - n0);");
+    let (ta, tb) = (ascend_type(a.ty), ascend_type(b.ty));
     if a.staged {
-        c.line("AscendC::GlobalTensor<float> ga = wa[(bi * M + m0) * K];");
+        let _ = writeln!(c, "AscendC::GlobalTensor<{ta}> ga = wa[(bi * M + m0) * K];");
     } else {
         row_offsets(&k.em, &a.sp, "bi * M + m0", c);
         let ac = a.sp.accesses[&a.v];
         let gb = format!("g{}", k.em.buf[&resolve(g, a.v).base]);
-        let _ = writeln!(c, "AscendC::GlobalTensor<float> ga = {gb}[a_row{ac}];");
+        let _ = writeln!(c, "AscendC::GlobalTensor<{ta}> ga = {gb}[a_row{ac}];");
     }
     if b.staged {
-        c.line("AscendC::GlobalTensor<float> gbm = wb[bi * K * N + n0];");
+        let _ = writeln!(c, "AscendC::GlobalTensor<{tb}> gbm = wb[bi * K * N + n0];");
     } else {
         row_offsets(&k.em, &b.sp, "bi * K", c);
         let ac = b.sp.accesses[&b.v];
         let gb = format!("g{}", k.em.buf[&resolve(g, b.v).base]);
         let col = if b.trans { format!("n0 * ({})", b.ld) } else { "n0".into() };
-        let _ = writeln!(c, "AscendC::GlobalTensor<float> gbm = {gb}[b_row{ac} + {col}];");
+        let _ = writeln!(c, "AscendC::GlobalTensor<{tb}> gbm = {gb}[b_row{ac} + {col}];");
     }
     // SetOrgShape comes before SetTensorA/B and SetSingleShape (SetOrgShape.md, constraints);
     // its fifth argument is C's row stride (the tile is NC wide, B's rows N).
@@ -1341,11 +1393,11 @@ fn matmul_tiles(k: &mut K, a: &Operand, b: &Operand, epi: &Job, spo: &Space) {
 /// How the Matmul API reads operand `v` of space `sp` (rows `rows` = the space's row count,
 /// `ncols` columns): directly, or from an f32 copy `w<tag>` the AIVs stage in the user
 /// workspace (the staging written here, advancing `stage`).
-fn operand(k: &mut K, mut sp: Space, v: NodeId, rows: &str, ncols: &str) -> Operand {
+fn operand(k: &mut K, mut sp: Space, v: NodeId, rows: &str, ncols: &str, cube: DType) -> Operand {
     let g = k.em.g;
     k.em.access(&mut sp, v);
-    if let Some((trans, ld)) = mm_layout(&k.em, &sp, v) {
-        return Operand { v, sp, trans, ld, staged: false };
+    if let Some((trans, ld)) = mm_layout(&k.em, &sp, v, cube) {
+        return Operand { v, sp, trans, ld, staged: false, ty: cube };
     }
     let tag = sp.tag;
     let mut srcs = BTreeMap::new();
@@ -1356,31 +1408,32 @@ fn operand(k: &mut K, mut sp: Space, v: NodeId, rows: &str, ncols: &str) -> Oper
         space: sp.shape.clone(),
         nodes: vec![],
         srcs,
-        outs: vec![(v, format!("w{tag}"), format!("r{tag} * ({ncols})"), DType::F32)],
+        outs: vec![(v, format!("w{tag}"), format!("r{tag} * ({ncols})"), cube)],
         row_i: "0".into(),
         causal_shift: "0".into(),
         col0: "0".into(),
         ncols: ncols.into(),
         tag: tag.into(),
     };
-    let what = if g.node(v).dtype == DType::F32 {
+    let what = if g.node(v).dtype == cube {
         "a view the Matmul API cannot address"
     } else {
-        "converted to f32 for the cube"
+        "converted to the type its product is computed in"
     };
     let c = &mut k.body;
     let _ = writeln!(
         c,
-        "/* stage {} ({what}) as contiguous f32 rows in the user workspace */",
-        g.node(v).name
+        "/* stage {} ({what}) as contiguous {} rows in the user workspace */",
+        g.node(v).name,
+        ascend_type(cube)
     );
-    let _ = writeln!(c, "AscendC::GlobalTensor<float> w{tag}; w{tag}.SetGlobalBuffer(uws + stage, ({rows}) * ({ncols}));");
+    stage_decl(c, &format!("w{tag}"), cube, &format!("({rows}) * ({ncols})"));
     c.open(format!("for (int64_t r{tag} = aiv; r{tag} < {rows}; r{tag} += naiv)"));
     row_offsets(&k.em, &sp, &format!("r{tag}"), c);
     copy_row(&mut k.ub, &job, v, c);
     c.close();
-    let _ = writeln!(c, "stage += ({rows}) * ({ncols});");
-    Operand { v, sp, trans: false, ld: ncols.to_string(), staged: true }
+    stage_advance(c, cube, &format!("({rows}) * ({ncols})"));
+    Operand { v, sp, trans: false, ld: ncols.to_string(), staged: true, ty: cube }
 }
 
 /// `SetOrgShape` arguments of an `m x n` by `kk` product with operand layouts `(ta, lda)`,
@@ -1409,6 +1462,9 @@ struct FlashUb {
     fq: String,
     fo: String,
     ex: String,
+    /// The queue P leaves UB through when O += P V is computed in a 16-bit type (P is
+    /// written to its own tile `wp` in V's type, as the cube reads it).
+    fp: Option<String>,
     oq: String,
     out_d: DType,
     ob: String,
@@ -1494,8 +1550,10 @@ struct Flash {
 /// keeps the running max and sum per row (online softmax) in UB; the cube then adds P V into
 /// the AIV's output accumulator in GM (atomic add; the first block overwrites it), which the
 /// AIV has rescaled by exp(old max - new max). No S x S buffer: the tiles are BR x BC.
-/// Operands the Matmul API cannot address (strided views, f16/bf16) are staged as f32 first.
-fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
+/// Q K^T is computed in Q's and K's type when they share one (half / bfloat16_t in, f32 in
+/// L0C), P V in V's: P is rounded to it into its own tile. Operands the Matmul API cannot
+/// address (strided views, or a type other than the product's) are staged first.
+fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool, DType, DType) {
     let g = k.em.g;
     let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
     let f = crate::group::flash_parts(g, &members).expect("planner formed a flash group");
@@ -1529,9 +1587,17 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     k.body.line("AscendC::TBuf<AscendC::TPosition::VECCALC> statb;");
     k.body.line("pipe.InitBuffer(statb, 2 * 64 * sizeof(float));");
     k.body.line("AscendC::LocalTensor<float> mr = statb.Get<float>(), lr = mr[64]; /* running max and sum per query row */");
-    let oq = operand(k, space("q", fs.with(fs.sq.clone(), fs.d.clone())), q, "BATCH * SQ", "D");
-    let ok = operand(k, space("k", fs.with(fs.d.clone(), fs.sk.clone())), kt, "BATCH * D", "SK");
-    let ov = operand(k, space("v", fs.with(fs.sk.clone(), fs.dv.clone())), v, "BATCH * SK", "DV");
+    // S = Q K^T in Q's and K's own type; O += P V in V's (P rounded to it, as the cube takes
+    // it: hicann/ops-transformer's flash-attention kernels cast P to the input type for the
+    // second product).
+    let qk_t = cube_type(g, q, kt);
+    let pv_t = g.node(v).dtype;
+    let sp_q = space("q", fs.with(fs.sq.clone(), fs.d.clone()));
+    let oq = operand(k, sp_q, q, "BATCH * SQ", "D", qk_t);
+    let sp_k = space("k", fs.with(fs.d.clone(), fs.sk.clone()));
+    let ok = operand(k, sp_k, kt, "BATCH * D", "SK", qk_t);
+    let sp_v = space("v", fs.with(fs.sk.clone(), fs.dv.clone()));
+    let ov = operand(k, sp_v, v, "BATCH * SK", "DV", pv_t);
     let (stage_a, stage_b) = (oq.staged, ok.staged || ov.staged);
     let (chain, sps) = flash_chain(k, &f, &members, &fs);
     let fl = Flash {
@@ -1541,7 +1607,7 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
         chain,
         sps,
         causal: f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask),
-        ub: flash_ub(k, g.node(f.pv).dtype, f.pv, &members),
+        ub: flash_ub(k, g.node(f.pv).dtype, f.pv, &members, pv_t),
     };
     flash_objects(&mut k.setup, &fl);
     if stage_a || stage_b {
@@ -1549,7 +1615,7 @@ fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool) {
     }
     flash_blocks(k, &fl, &fs);
     let FlashShape { batch, sq, sk, d, dv, .. } = fs;
-    (Work::Flash { batch: numel(&batch), sq, sk, d, dv }, stage_a, stage_b)
+    (Work::Flash { batch: numel(&batch), sq, sk, d, dv }, stage_a, stage_b, qk_t, pv_t)
 }
 
 /// The chain on the score tile, in place: a rows job over the columns `[k0, k0 + bc)` of
@@ -1598,12 +1664,19 @@ fn flash_chain(
 
 /// The softmax's queues and slot, and the output `pv` (dtype `out_d`) it stores: in its own
 /// buffer, or at its place in a layout store's copy.
-fn flash_ub(k: &mut K, out_d: DType, pv: NodeId, members: &BTreeSet<NodeId>) -> FlashUb {
+fn flash_ub(
+    k: &mut K,
+    out_d: DType,
+    pv: NodeId,
+    members: &BTreeSet<NodeId>,
+    pv_t: DType,
+) -> FlashUb {
     let rs = RowStore::new(&k.em, pv, members);
     FlashUb {
         fq: k.ub.queue("fq".into(), DType::F32, true),
         fo: k.ub.queue("fo".into(), DType::F32, false),
         ex: k.ub.slot(),
+        fp: (pv_t != DType::F32).then(|| k.ub.queue("fp".into(), pv_t, false)),
         oq: k.ub.queue("fy".into(), out_d, false),
         out_d,
         ob: k.gm(k.em.buf[&rs.buf]),
@@ -1616,8 +1689,12 @@ fn flash_objects(c: &mut Code, fl: &Flash) {
     c.line("AscendC::tiling::TCubeTiling ct0, ct1;");
     c.line("af_cube_tiling(t, 0, ct0);");
     c.line("af_cube_tiling(t, 1, ct1);");
-    let _ = writeln!(c, "{} /* S = Q K^T */", matmul_object("mqk", fl.q.trans, fl.k.trans));
-    let _ = writeln!(c, "{} /* O += P V */", matmul_object("mpv", false, fl.v.trans));
+    let (mqk, mpv) = (
+        matmul_object("mqk", fl.q.trans, fl.k.trans, fl.q.ty),
+        matmul_object("mpv", false, fl.v.trans, fl.v.ty),
+    );
+    let _ = writeln!(c, "{mqk} /* S = Q K^T */");
+    let _ = writeln!(c, "{mpv} /* O += P V */");
     c.line("REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mqk, &ct0, mpv, &ct1); /* the AIC serves both, then returns */");
 }
 
@@ -1625,9 +1702,26 @@ fn flash_objects(c: &mut Code, fl: &Flash) {
 /// normalised rows stored.
 fn flash_blocks(k: &mut K, fl: &Flash, fs: &FlashShape) {
     let c = &mut k.body;
-    c.line("AscendC::GlobalTensor<float> ws, wo; /* this AIV's score tile (S, then P) and output accumulator */");
-    c.line("ws.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV), BR * BC);");
-    c.line("wo.SetGlobalBuffer(uws + stage + aiv * (BR * BC + BR * DV) + BR * BC, BR * DV);");
+    let vt = ascend_type(fl.v.ty);
+    if fl.ub.fp.is_some() {
+        c.line("const int64_t PER = BR * BC + BR * DV + (BR * BC + 1) / 2; /* floats per AIV: S, O, P */");
+        c.line("AscendC::GlobalTensor<float> ws, wo; /* this AIV's score tile and output accumulator */");
+        let _ = writeln!(
+            c,
+            "AscendC::GlobalTensor<{vt}> wp; /* P in V's type, as the cube reads it */"
+        );
+        let _ = writeln!(
+            c,
+            "wp.SetGlobalBuffer((__gm__ {vt} *)(uws + stage + aiv * PER + BR * BC + BR * DV), BR * BC);"
+        );
+    } else {
+        c.line(
+            "const int64_t PER = BR * BC + BR * DV; /* floats per AIV: S (then P in place), O */",
+        );
+        c.line("AscendC::GlobalTensor<float> ws, wo; /* this AIV's score tile (S, then P) and output accumulator */");
+    }
+    c.line("ws.SetGlobalBuffer(uws + stage + aiv * PER, BR * BC);");
+    c.line("wo.SetGlobalBuffer(uws + stage + aiv * PER + BR * BC, BR * DV);");
     c.open("for (int64_t u = aiv; u < units; u += naiv)");
     c.line("const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min(BR, SQ - q0);");
     c.line("for (int64_t i = 0; i < br; ++i) { mr.SetValue((uint32_t)i, AF_NEG_INF); lr.SetValue((uint32_t)i, 0.0f); }");
@@ -1651,15 +1745,16 @@ fn flash_blocks(k: &mut K, fl: &Flash, fs: &FlashShape) {
 fn operand_at(c: &mut Code, em: &Emitter, op: &Operand, row: &str, col: &str, name: &str) {
     let tag = op.sp.tag;
     let ld = &op.ld;
+    let ty = ascend_type(op.ty);
     if op.staged {
         let _ =
-            writeln!(c, "AscendC::GlobalTensor<float> {name} = w{tag}[({row}) * ({ld}) + {col}];");
+            writeln!(c, "AscendC::GlobalTensor<{ty}> {name} = w{tag}[({row}) * ({ld}) + {col}];");
     } else {
         row_offsets(em, &op.sp, row, c);
         let a = op.sp.accesses[&op.v];
         let gb = format!("g{}", em.buf[&resolve(em.g, op.v).base]);
         let c2 = if op.trans { format!("({col}) * ({ld})") } else { col.to_string() };
-        let _ = writeln!(c, "AscendC::GlobalTensor<float> {name} = {gb}[{tag}_row{a} + {c2}];");
+        let _ = writeln!(c, "AscendC::GlobalTensor<{ty}> {name} = {gb}[{tag}_row{a} + {c2}];");
     }
 }
 
@@ -1687,7 +1782,8 @@ fn flash_key_block(c: &mut Code, em: &Emitter, fl: &Flash) {
     c.line("AscendC::PipeBarrier<PIPE_ALL>(); /* P and the rescaled O are in GM before the cube reads them */");
     let org = org_shape("BR", "DV", "BC", (false, "BC"), (v.trans, &v.ld), "DV");
     let _ = writeln!(c, "mpv.SetOrgShape({org});");
-    c.line("mpv.SetTensorA(ws, false);");
+    let p = if fl.ub.fp.is_some() { "wp" } else { "ws" };
+    let _ = writeln!(c, "mpv.SetTensorA({p}, false);");
     let _ = writeln!(c, "mpv.SetTensorB(gv, {});", v.trans);
     c.line("mpv.SetSingleShape((int)br, (int)DV, (int)bc);");
     c.line("mpv.IterateAll(wo, k0 > 0 ? 1 : 0); /* the first block writes, later ones add */");
@@ -1715,13 +1811,31 @@ fn flash_softmax_row(c: &mut Code, em: &Emitter, fl: &Flash) {
     c.line("const float corr = mo == AF_NEG_INF ? 0.0f : af_s_exp(sc, mo - mx);");
     c.line("float ps = 0.0f;");
     let mut exp_body = Code::at_depth(1);
-    let _ = writeln!(exp_body, "AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();");
     let _ = writeln!(exp_body, "AscendC::Adds({ex}, x, -mxe, cn);");
-    let _ = writeln!(exp_body, "AscendC::Exp(y, {ex}, cn);");
-    exp_body.line("AscendC::ReduceSum<float>(rd, y, rt, cn);");
-    exp_body.line("ps += rd.GetValue(0);");
-    let p_row = "ws[i * BC + c0]";
-    fl.ub.stream(c, p_row, "bc", &exp_body, Some((fo, "float", p_row)));
+    match &fl.ub.fp {
+        None => {
+            let _ =
+                writeln!(exp_body, "AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();");
+            let _ = writeln!(exp_body, "AscendC::Exp(y, {ex}, cn);");
+            exp_body.line("AscendC::ReduceSum<float>(rd, y, rt, cn);");
+            exp_body.line("ps += rd.GetValue(0);");
+            let p_row = "ws[i * BC + c0]";
+            fl.ub.stream(c, "ws[i * BC + c0]", "bc", &exp_body, Some((fo, "float", p_row)));
+        }
+        Some(fp) => {
+            // The sum is of P in f32; P goes to the cube in V's type.
+            let vt = ascend_type(fl.v.ty);
+            let _ = writeln!(exp_body, "AscendC::LocalTensor<{vt}> y = {fp}.AllocTensor<{vt}>();");
+            let _ = writeln!(exp_body, "AscendC::Exp({ex}, {ex}, cn);");
+            let _ = writeln!(exp_body, "AscendC::ReduceSum<float>(rd, {ex}, rt, cn);");
+            exp_body.line("ps += rd.GetValue(0);");
+            let _ = writeln!(
+                exp_body,
+                "AscendC::Cast<{vt}, float>(y, {ex}, AscendC::RoundMode::CAST_RINT, cn);"
+            );
+            fl.ub.stream(c, "ws[i * BC + c0]", "bc", &exp_body, Some((fp, vt, "wp[i * BC + c0]")));
+        }
+    }
     c.line("lr.SetValue((uint32_t)i, lr.GetValue((uint32_t)i) * corr + ps);");
     c.line("mr.SetValue((uint32_t)i, mx);");
     c.block_noted("if (k0 > 0)", "rescale what was accumulated under the old max", |c| {
@@ -1780,7 +1894,25 @@ fn copy_row(ub: &mut Ub, job: &Job, v: NodeId, out: &mut Code) {
             let _ = writeln!(out, "for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {cv});");
         }
     }
-    enque_store(out, &q, "x", "float", &format!("{gm_out}[{off_out} + c0]"));
+    let dst = format!("{gm_out}[{off_out} + c0]");
+    match job.outs[0].3 {
+        DType::F32 => enque_store(out, &q, "x", "float", &dst),
+        d => {
+            // A 16-bit staged copy (a view of a half / bfloat16_t operand the DMA cannot walk).
+            let ty = ascend_type(d);
+            let qh = ub.queue(format!("{}h", job.tag), d, false);
+            let _ = writeln!(out, "AscendC::LocalTensor<{ty}> xh = {qh}.AllocTensor<{ty}>();");
+            out.line(
+                "AscendC::PipeBarrier<PIPE_ALL>(); /* the cast reads what the scalar unit wrote */",
+            );
+            let _ = writeln!(
+                out,
+                "AscendC::Cast<{ty}, float>(xh, x, AscendC::RoundMode::CAST_RINT, cn);"
+            );
+            let _ = writeln!(out, "{q}.FreeTensor(x);");
+            enque_store(out, &qh, "xh", ty, &dst);
+        }
+    }
     out.close();
 }
 
@@ -1850,21 +1982,32 @@ struct Built {
     cube: u32,
     stage_a: bool,
     stage_b: bool,
+    /// Per Matmul object, the bytes of the A / B elements the cube reads.
+    cube_bytes: Vec<u32>,
 }
 
 /// The code of group `grp` written into `k` by the generator of its kind.
 fn gen_group(k: &mut K, grp: &Group, name: &str) -> Result<Built, String> {
-    let vector = |work| Built { work, mix: false, cube: 0, stage_a: false, stage_b: false };
+    let vector = |work| Built {
+        work,
+        mix: false,
+        cube: 0,
+        stage_a: false,
+        stage_b: false,
+        cube_bytes: vec![],
+    };
     Ok(match grp.kind {
         GroupKind::Elementwise => vector(gen_rows(k, grp)),
         GroupKind::Concat => vector(gen_concat(k, grp)),
         GroupKind::MatMul => {
-            let (work, stage_a, stage_b) = gen_matmul(k, grp);
-            Built { work, mix: true, cube: 1, stage_a, stage_b }
+            let (work, stage_a, stage_b, ty) = gen_matmul(k, grp);
+            let cube_bytes = vec![ty.size() as u32];
+            Built { work, mix: true, cube: 1, stage_a, stage_b, cube_bytes }
         }
         GroupKind::FlashAttention => {
-            let (work, stage_a, stage_b) = gen_flash(k, grp);
-            Built { work, mix: true, cube: 2, stage_a, stage_b }
+            let (work, stage_a, stage_b, qk, pv) = gen_flash(k, grp);
+            let cube_bytes = vec![qk.size() as u32, pv.size() as u32];
+            Built { work, mix: true, cube: 2, stage_a, stage_b, cube_bytes }
         }
         GroupKind::Horizontal => return Err(format!("{name}: horizontal matmul groups have no Ascend generator (plan without qkv_horizontal)")),
     })
@@ -1913,6 +2056,7 @@ fn gen_kernel(
         cube: built.cube,
         stage_a: built.stage_a,
         stage_b: built.stage_b,
+        cube_bytes: built.cube_bytes,
     };
     Ok((kernel, fname))
 }
