@@ -70,7 +70,8 @@ fn seed_layer_from_onnx_matches_onnxruntime_at_every_opt_level() {
     assert!(kernels < 12, "fused at opt_level 3: {kernels} kernels");
 }
 
-/// GELU written out with Erf in both of torch's forms is imported as GELU (the IR has no Erf):
+/// GELU written out with Erf in both of torch's forms is imported as one GELU rather than
+/// Erf and four elementwise ops;
 /// each linear layer and its GELU are one kernel.
 #[test]
 fn gelu_written_with_erf_runs_as_gelu() {

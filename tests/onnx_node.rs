@@ -35,6 +35,7 @@ const OPS: &[&str] = &[
     "Tanh",
     "Sigmoid",
     "Relu",
+    "Erf",
     "Gelu",
     "Softmax",
     "LayerNormalization",

@@ -71,10 +71,11 @@ pub enum UnaryOp {
     Gelu,
     GeluTanh,
     Silu,
+    Erf,
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 11] = [
+    pub const ALL: [UnaryOp; 12] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -86,6 +87,7 @@ impl UnaryOp {
         UnaryOp::Gelu,
         UnaryOp::GeluTanh,
         UnaryOp::Silu,
+        UnaryOp::Erf,
     ];
     pub fn name(self) -> &'static str {
         self.spec().name

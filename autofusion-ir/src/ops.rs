@@ -89,7 +89,7 @@ const SIGMOID_VEC: &[&str] = &[
 ];
 
 /// The unary table, in `UnaryOp` declaration order (`UnaryOp::spec` indexes it).
-pub const UNARY: [UnarySpec; 11] = [
+pub const UNARY: [UnarySpec; 12] = [
     UnarySpec {
         op: UnaryOp::Neg,
         name: "neg",
@@ -269,6 +269,49 @@ pub const UNARY: [UnarySpec; 11] = [
             "AscendC::Duplicate(tc, 1.0f, {n});",
             "AscendC::Div({dst}, tc, {dst}, {n});",
             "AscendC::Mul({dst}, {dst}, {x}, {n});",
+        ],
+        flops: 2.0,
+        transcendental: true,
+    },
+    UnarySpec {
+        op: UnaryOp::Erf,
+        name: "erf",
+        f64: erf,
+        f32: libm::erff,
+        c: "af_erff({x})",
+        ascend_scalar: "af_s_erf(sc, {x})",
+        // sign(x) erf(|x|), erf(|x|) = 1 - t (a1 + t (a2 + ...)) e^(-x^2) with t = 1 / (1 + p |x|)
+        // (Abramowitz-Stegun 7.1.26, |error| <= 1.5e-7). The sign is x / max(|x|, 1e-30) of x
+        // clamped to +-1e30 (so +-1 at the infinities, 0 at 0), |x| clamped to 10 (erf is 1
+        // there in f32).
+        ascend_vector: &[
+            "AscendC::Maxs({dst}, {x}, -1e30f, {n});",
+            "AscendC::Mins({dst}, {dst}, 1e30f, {n});",
+            "AscendC::Abs(ta, {dst}, {n});",
+            "AscendC::Maxs(ta, ta, 1e-30f, {n});",
+            "AscendC::Div({dst}, {dst}, ta, {n}); /* sign(x) */",
+            "AscendC::Abs(ta, {x}, {n});",
+            "AscendC::Mins(ta, ta, 10.0f, {n});",
+            "AscendC::Muls(tb, ta, 0.3275911f, {n});",
+            "AscendC::Adds(tb, tb, 1.0f, {n});",
+            "AscendC::Duplicate(tc, 1.0f, {n});",
+            "AscendC::Div(tb, tc, tb, {n}); /* t */",
+            "AscendC::Muls(tc, tb, 1.061405429f, {n});",
+            "AscendC::Adds(tc, tc, -1.453152027f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Adds(tc, tc, 1.421413741f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Adds(tc, tc, -0.284496736f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Adds(tc, tc, 0.254829592f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Mul(tb, ta, ta, {n});",
+            "AscendC::Muls(tb, tb, -1.0f, {n});",
+            "AscendC::Exp(tb, tb, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Muls(tc, tc, -1.0f, {n});",
+            "AscendC::Adds(tc, tc, 1.0f, {n}); /* erf(|x|) */",
+            "AscendC::Mul({dst}, {dst}, tc, {n});",
         ],
         flops: 2.0,
         transcendental: true,
