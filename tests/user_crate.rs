@@ -3,7 +3,9 @@
 //! - none of autofusion's own example and test graphs are compiled into it;
 //! - a build that leaves a graph's code alone compiles nothing of it (no-op, comment change,
 //!   one graph changed: only that graph's objects are new);
-//! - a DSL mistake is rustc's spanned error, not a failed build script.
+//! - a DSL mistake is rustc's spanned error, not a failed build script;
+//! - an ONNX model built with `Builder::onnx` runs from the crate, its weights read from the
+//!   model file (a changed file is an error), agreeing with onnxruntime's stored output.
 //!
 //! Prints the build times (`cargo test --test user_crate -- --nocapture`). The fixture's
 //! target dir is `target/user-crate` and persists, so only the first run compiles the
@@ -29,10 +31,30 @@ fn fixture_copy() -> PathBuf {
     let root = root().display().to_string();
     std::fs::write(dir.join("Cargo.toml"), manifest.replace("ROOT", &root)).unwrap();
     std::fs::copy(root.clone() + "/Cargo.lock", dir.join("Cargo.lock")).unwrap();
-    for f in ["build.rs", "src/lib.rs", "src/layers.rs"] {
+    std::fs::create_dir_all(dir.join("src/bin")).unwrap();
+    for f in ["build.rs", "src/lib.rs", "src/layers.rs", "src/bin/run_seed.rs"] {
         std::fs::copy(src.join(f), dir.join(f)).unwrap();
     }
+    // The ONNX model its build.rs builds with `Builder::onnx`, and what onnxruntime computed.
+    let onnx = root.clone() + "/autofusion-onnx/tests/fixtures/seed_d32";
+    std::fs::copy(onnx.clone() + ".onnx", dir.join("seed.onnx")).unwrap();
+    for f in ["x.bin", "y.bin"] {
+        std::fs::copy(format!("{onnx}.{f}"), dir.join(f)).unwrap();
+    }
     dir
+}
+
+/// `cargo run --bin run_seed` of the fixture with `args`.
+fn run_seed(dir: &Path, args: &[&str]) -> Output {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    Command::new(cargo)
+        .args(["run", "--offline", "-j2", "-q", "--bin", "run_seed", "--"])
+        .args(args)
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", target_dir())
+        .env("AUTOFUSION_PROFILE", "host")
+        .output()
+        .unwrap()
 }
 
 fn target_dir() -> PathBuf {
@@ -112,9 +134,26 @@ fn a_user_crate_builds_incrementally_and_reports_dsl_errors_through_rustc() {
     }
     assert!(ours.is_empty(), "autofusion compiled its own graphs into a user's build: {ours:?}");
     let objs = kernel_objects();
-    for g in ["swiglu_ffn", "attention_block", "gelu_mlp"] {
+    for g in ["swiglu_ffn", "attention_block", "gelu_mlp", "seed_onnx"] {
         assert_eq!(of_graph(&objs, g).len(), 2, "{g}: a fused and an unfused object: {objs:?}");
     }
+
+    // The ONNX model built with Builder::onnx runs from the crate with its weights read from
+    // the model file, and agrees with what onnxruntime computed.
+    let out = run_seed(&dir, &["x.bin", "y.bin"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert_eq!(text.matches("vs onnxruntime").count(), 3, "{text}");
+    eprint!("{text}");
+    // A copy of the model with one weight byte changed is refused, naming file and weight.
+    let mut bytes = std::fs::read(dir.join("seed.onnx")).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x55; // inside the weights, which are most of the file
+    std::fs::write(dir.join("changed.onnx"), &bytes).unwrap();
+    let out = run_seed(&dir, &["x.bin", "y.bin", "changed.onnx"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("changed.onnx: weight `") && err.contains("rebuild"), "{err}");
 
     let (out, noop) = cargo_build(&dir);
     assert!(out.status.success(), "{}", stderr(&out));

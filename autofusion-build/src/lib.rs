@@ -27,6 +27,7 @@ use autofusion_compiler::{env_var, report, target::Target, Unit, Variant};
 mod calibrate;
 pub mod jit;
 mod objects;
+mod onnx;
 pub use autofusion_ascend_sys::toolkit;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -66,6 +67,7 @@ pub enum FrontEndErrors {
 /// The build.rs entry point (`cc::Build`-style setters).
 pub struct Builder {
     files: Vec<PathBuf>,
+    onnx: Vec<onnx::OnnxModel>,
     options: Options,
     #[allow(clippy::type_complexity)]
     hook: Option<Box<dyn Fn(&mut cc::Build)>>,
@@ -145,7 +147,32 @@ fn render_svg(dot: &Path, svg: &Path) -> Result<(), String> {
 impl Builder {
     /// A builder with no files.
     pub fn new() -> Builder {
-        Builder { files: Vec::new(), options: Options::default(), hook: None }
+        Builder { files: Vec::new(), onnx: Vec::new(), options: Options::default(), hook: None }
+    }
+    /// Add an ONNX model as the fused module `name`, planned at the default options
+    /// (opt_level 2, every default rule). The build writes `$OUT_DIR/autofusion/<name>.rs`,
+    /// which the crate includes:
+    ///
+    /// ```ignore
+    /// include!(concat!(env!("OUT_DIR"), "/autofusion/encoder.rs"));
+    /// let y = encoder::run(&x)?; // the model's inputs by name, its weights read from the file
+    /// ```
+    ///
+    /// The module has `run`, `unfused`, `reference` and `run_on(device, ..)` taking the model's
+    /// inputs in its order, and `weights()` (read from the model file once, memory-mapped).
+    pub fn onnx(&mut self, model: impl AsRef<Path>, name: &str) -> &mut Builder {
+        self.onnx_with(model, name, autofusion_compiler::Options::default())
+    }
+    /// `onnx` with planning options (opt level, rules, dynamic-dim hints).
+    pub fn onnx_with(
+        &mut self,
+        model: impl AsRef<Path>,
+        name: &str,
+        options: autofusion_compiler::Options,
+    ) -> &mut Builder {
+        let path = model.as_ref().to_path_buf();
+        self.onnx.push(onnx::OnnxModel { path, name: name.to_string(), options });
+        self
     }
     /// Add a Rust source file holding `#[fused_graph]` functions.
     pub fn file(&mut self, p: impl AsRef<Path>) -> &mut Builder {
@@ -218,6 +245,12 @@ impl Builder {
                 Err(e) => errors += &e,
             }
         }
+        for m in &self.onnx {
+            match self.emit_onnx(&ctx, m, &units, &mut sources) {
+                Ok(g) => graphs.push(g),
+                Err(e) => errors += &e,
+            }
+        }
         if !errors.is_empty() {
             return Err(Error { rendered: errors.trim_end().to_string() });
         }
@@ -235,6 +268,32 @@ impl Builder {
             )?;
         }
         Ok(Output { graphs })
+    }
+
+    /// One `Builder::onnx` model: imported, its kernels generated like a graph's, and its Rust
+    /// module written next to them.
+    fn emit_onnx(
+        &self,
+        ctx: &Context,
+        m: &onnx::OnnxModel,
+        units: &[(Unit, String)],
+        sources: &mut Vec<(Toolchain, PathBuf, bool)>,
+    ) -> Result<GraphOutput, String> {
+        if let Some((_, at)) = units.iter().find(|(u, _)| u.name() == m.name) {
+            return Err(format!(
+                "error: the ONNX model `{}` ({}) has the name of the fused graph at {at}\n  = help: graph names key the build output; pick another name\n\n",
+                m.name,
+                m.path.display()
+            ));
+        }
+        let im = onnx::import(m)?;
+        let at = m.path.display().to_string();
+        let out = emit_graph(ctx, &im.unit, &at, sources)?;
+        let glue = onnx::glue(&im, m, &out.dir, ctx.toolkit.is_some())?;
+        let path = ctx.root.join(format!("{}.rs", m.name));
+        write_if_changed(&path, &glue)
+            .map_err(|e| format!("error: cannot write {}: {e}\n\n", path.display()))?;
+        Ok(out)
     }
 
     /// Where output goes, the kernel headers written there, the profile to plan with and the

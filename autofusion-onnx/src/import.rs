@@ -50,6 +50,16 @@ impl Imported {
     /// The little-endian bytes of weight parameter `param` (an initializer) as the model file
     /// holds them: a slice of the mapped model or of its external-data file, not a copy.
     pub fn weight_bytes(&self, model: &Model, param: usize) -> Result<bytes::Bytes, OnnxError> {
+        let (t, elem, n) = self.weight(model, param)?;
+        tensor_bytes(t, &model.path, elem, n)
+    }
+
+    /// The initializer of weight parameter `param`, its element size and element count.
+    fn weight<'m>(
+        &self,
+        model: &'m Model,
+        param: usize,
+    ) -> Result<(&'m TensorProto, usize, usize), OnnxError> {
         let (_, name) = self.weights.iter().find(|(p, _)| *p == param).ok_or_else(|| {
             OnnxError::model(format!("parameter {param} is not a weight of the model"))
         })?;
@@ -57,7 +67,20 @@ impl Imported {
         let t = g.initializer.iter().find(|t| &t.name == name).expect("weights are initializers");
         let node = self.graph.node(self.graph.param_nodes()[param]);
         let n = node.shape.iter().map(|d| d.as_const().unwrap_or(0).max(0) as usize).product();
-        tensor_bytes(t, &model.path, node.dtype.size(), n)
+        Ok((t, node.dtype.size(), n))
+    }
+}
+
+impl Imported {
+    /// Where the data of weight parameter `param` is in the model's files (for loading it at
+    /// run time without the importer: `Builder::onnx`).
+    pub fn weight_location(
+        &self,
+        model: &Model,
+        param: usize,
+    ) -> Result<crate::load::Location, OnnxError> {
+        let (t, elem, n) = self.weight(model, param)?;
+        crate::load::tensor_location(t, model, elem, n)
     }
 }
 

@@ -11,6 +11,44 @@ use std::path::{Path, PathBuf};
 pub struct Model {
     pub proto: ModelProto,
     pub path: PathBuf,
+    /// The mapped file the message was decoded from (`raw_data` fields are slices of it).
+    pub bytes: Bytes,
+}
+
+/// Where a tensor's data is: a byte range of a file (the model's, for inline `raw_data`, or
+/// an external-data file), or bytes that are in no file as such (typed repeated fields,
+/// re-encoded little-endian).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Location {
+    File { path: PathBuf, offset: u64, len: u64 },
+    Inline(Vec<u8>),
+}
+
+/// The location of the data of tensor `t` of `model`, `elem` bytes per element, `numel`
+/// elements (checked as `tensor_bytes` checks them).
+pub fn tensor_location(
+    t: &TensorProto,
+    model: &Model,
+    elem: usize,
+    numel: usize,
+) -> Result<Location, OnnxError> {
+    let data = tensor_bytes(t, &model.path, elem, numel)?;
+    let file_range = |base: &Bytes, path: &Path| {
+        let (b, d) = (base.as_ptr() as usize, data.as_ptr() as usize);
+        (d >= b && d + data.len() <= b + base.len()).then(|| Location::File {
+            path: path.to_path_buf(),
+            offset: (d - b) as u64,
+            len: data.len() as u64,
+        })
+    };
+    if t.data_location == DATA_LOCATION_EXTERNAL {
+        let (path, offset) = external_range(t, &model.path)?;
+        return Ok(Location::File { path, offset, len: data.len() as u64 });
+    }
+    if data.is_empty() {
+        return Ok(Location::Inline(Vec::new()));
+    }
+    Ok(file_range(&model.bytes, &model.path).unwrap_or_else(|| Location::Inline(data.to_vec())))
 }
 
 /// A read-only mapping of a file, owned by the `Bytes` handed out for it.
@@ -41,13 +79,13 @@ fn map_file(path: &Path) -> Result<Bytes, OnnxError> {
 /// Load and decode an ONNX model file.
 pub fn load(path: &Path) -> Result<Model, OnnxError> {
     let bytes = map_file(path)?;
-    let proto = ModelProto::decode(bytes).map_err(|e| {
+    let proto = ModelProto::decode(bytes.clone()).map_err(|e| {
         OnnxError::file(path, format!("is not an ONNX model (protobuf decoding failed: {e})"))
     })?;
     if proto.graph.is_none() {
         return Err(OnnxError::file(path, "holds no graph".into()));
     }
-    Ok(Model { proto, path: path.to_path_buf() })
+    Ok(Model { proto, path: path.to_path_buf(), bytes })
 }
 
 /// The raw little-endian bytes of a tensor: `raw_data`, the typed repeated fields re-encoded,
@@ -97,7 +135,18 @@ pub fn tensor_bytes(
 
 /// The bytes of an external tensor: `location` relative to the model's directory, `offset`
 /// and `length` (default: to the end of the file).
-fn external(t: &TensorProto, model_path: &Path, want: usize) -> Result<Bytes, OnnxError> {
+/// The file and start offset of an external tensor's data (`location` checked to stay inside
+/// the model's directory).
+fn external_range(t: &TensorProto, model_path: &Path) -> Result<(PathBuf, u64), OnnxError> {
+    let (file, offset, _) = external_spec(t, model_path)?;
+    Ok((file, offset as u64))
+}
+
+/// An external tensor's file, offset and declared length.
+fn external_spec(
+    t: &TensorProto,
+    model_path: &Path,
+) -> Result<(PathBuf, usize, Option<usize>), OnnxError> {
     let key = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
     let loc = key("location").ok_or_else(|| {
         OnnxError::model(format!("external tensor `{}` has no `location`", t.name))
@@ -122,7 +171,11 @@ fn external(t: &TensorProto, model_path: &Path, want: usize) -> Result<Bytes, On
             })
             .transpose()
     };
-    let (offset, length) = (num("offset")?.unwrap_or(0), num("length")?);
+    Ok((file, num("offset")?.unwrap_or(0), num("length")?))
+}
+
+fn external(t: &TensorProto, model_path: &Path, want: usize) -> Result<Bytes, OnnxError> {
+    let (file, offset, length) = external_spec(t, model_path)?;
     let all = map_file(&file).map_err(|e| {
         OnnxError::model(format!("external data of tensor `{}`: {}: {}", t.name, e.context, e.msg))
     })?;

@@ -152,6 +152,21 @@ fn external_data_is_read_from_the_models_directory() {
     let im = autofusion_onnx::import(&model, "g").unwrap();
     let (p, _) = im.weights[0];
     assert_eq!(im.weight_bytes(&model, p).unwrap(), bytes);
+    // Where it is, for loading at run time (Builder::onnx): the external file's range.
+    use autofusion_onnx::load::Location;
+    let at = im.weight_location(&model, p).unwrap();
+    assert_eq!(at, Location::File { path: dir().join("w.bin"), offset: 8, len: 64 });
+    // Inline raw_data: a range of the model file itself, holding the same bytes.
+    let inline = dir().join("inline_ok.onnx");
+    std::fs::write(&inline, good().encode_to_vec()).unwrap();
+    let model = autofusion_onnx::load(&inline).unwrap();
+    let im = autofusion_onnx::import(&model, "g").unwrap();
+    let Location::File { path, offset, len } = im.weight_location(&model, p).unwrap() else {
+        panic!("raw_data is a range of the model file")
+    };
+    let file = std::fs::read(&path).unwrap();
+    assert_eq!(path, inline);
+    assert_eq!(&file[offset as usize..(offset + len) as usize], &bytes[..]);
 }
 
 #[test]

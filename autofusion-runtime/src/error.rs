@@ -35,6 +35,8 @@ pub enum Error {
     Memory { graph: String, dims: String, bytes: Option<usize>, largest: String, limit: usize },
     /// An allocation the allocator refused.
     Alloc { graph: String, what: String, bytes: usize },
+    /// A weight that cannot be read from its model file, or differs from what was built.
+    Weights { file: String, weight: String, msg: String },
 }
 
 impl fmt::Display for Error {
@@ -55,6 +57,7 @@ impl fmt::Display for Error {
                  from parameter `{second_param}`"
             ),
             Error::Dims { graph, msg } => write!(f, "`{graph}`: {msg}"),
+            Error::Weights { file, weight, msg } => write!(f, "{file}: weight `{weight}`: {msg}"),
             Error::DataLen { shape, expected, got } => {
                 write!(f, "tensor of shape {shape:?} needs {expected} elements, got {got}")
             }

@@ -18,6 +18,7 @@ pub mod pool;
 pub mod reference;
 pub mod tensor;
 pub mod tiling;
+pub mod weights;
 
 pub use autofusion_ir::ir::DType;
 pub use error::{Error, Result};
@@ -55,6 +56,8 @@ pub mod __private {
     #[cfg(feature = "ascend")]
     pub use crate::ascend::AscendModule;
     pub use crate::exec::{AfModule, Module};
+    pub use crate::weights::{load as load_weights, WeightRef};
+    pub use autofusion_ir::ir::DType;
     pub use once_cell::sync::OnceCell;
 
     /// `a == b` in const context (the build-output check of the macro expansion).

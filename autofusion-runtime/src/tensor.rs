@@ -55,6 +55,27 @@ impl Tensor {
         }
         Ok(Tensor { storage: Storage::F32(data), shape: shape.to_vec(), stamp: Stamp::new() })
     }
+    /// A tensor of `dtype` from its elements as little-endian bytes (as model files store
+    /// them): f32, or the 16-bit patterns of f16 / bf16.
+    pub fn from_le_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
+        let n = numel(shape);
+        if Some(bytes.len()) != n.checked_mul(dtype.size()) {
+            return Err(Error::DataLen {
+                shape: shape.to_vec(),
+                expected: n,
+                got: bytes.len() / dtype.size(),
+            });
+        }
+        let bits = || bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
+        let storage = match dtype {
+            DType::F32 => Storage::F32(
+                bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+            ),
+            DType::F16 => Storage::F16(bits().map(f16::from_bits).collect()),
+            DType::BF16 => Storage::BF16(bits().map(bf16::from_bits).collect()),
+        };
+        Ok(Tensor { storage, shape: shape.to_vec(), stamp: Stamp::new() })
+    }
     /// A tensor of `dtype` from f32 data (rounded to nearest even).
     pub fn from_f32_as(shape: &[usize], data: &[f32], dtype: DType) -> Result<Tensor> {
         Tensor::from_f32(shape, data.to_vec())?.to_dtype(dtype)
