@@ -36,6 +36,8 @@ const OPS: &[&str] = &[
     "Sigmoid",
     "Relu",
     "Erf",
+    "Sin",
+    "Cos",
     "Gelu",
     "Softmax",
     "LayerNormalization",

@@ -72,10 +72,12 @@ pub enum UnaryOp {
     GeluTanh,
     Silu,
     Erf,
+    Sin,
+    Cos,
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 12] = [
+    pub const ALL: [UnaryOp; 14] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -88,6 +90,8 @@ impl UnaryOp {
         UnaryOp::GeluTanh,
         UnaryOp::Silu,
         UnaryOp::Erf,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
     ];
     pub fn name(self) -> &'static str {
         self.spec().name

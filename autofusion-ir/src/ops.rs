@@ -79,6 +79,90 @@ fn gelu_tanh32(x: f32) -> f32 {
     0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh())
 }
 
+/// x reduced by 2 pi on the vector unit (as `af_reduce_2pi` of the headers): `tb` = r in
+/// [-pi, pi], `tc` = r^2; k = round(x / 2 pi) by the 1.5 * 2^23 rounding trick, 2 pi in two
+/// parts so that k * 6.28125 is exact.
+macro_rules! reduce_2pi_vec {
+    () => {
+        [
+            "AscendC::Muls(ta, {x}, 0.15915494309189535f, {n});",
+            "AscendC::Adds(ta, ta, 12582912.0f, {n});",
+            "AscendC::Adds(ta, ta, -12582912.0f, {n}); /* k = round(x / 2 pi) */",
+            "AscendC::Muls(tb, ta, -6.28125f, {n});",
+            "AscendC::Add(tb, tb, {x}, {n});",
+            "AscendC::Muls(ta, ta, -1.9353071795864769e-3f, {n});",
+            "AscendC::Add(tb, tb, ta, {n}); /* r */",
+            "AscendC::Mul(tc, tb, tb, {n}); /* r^2 */",
+        ]
+    };
+}
+
+/// sin: the reduction, then r (1 + r^2 (-1/3! + r^2 (1/5! + ... - r^2 / 15!))).
+const SIN_VEC: &[&str] = &concat_arrays::<8, 16, 24>(
+    reduce_2pi_vec!(),
+    [
+        "AscendC::Duplicate({dst}, -7.6471637318198164e-13f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, 1.6059043836821613e-10f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, -2.5052108385441720e-8f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, 2.7557319223985893e-6f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, -1.9841269841269841e-4f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, 8.3333333333333332e-3f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, -1.6666666666666666e-1f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, 1.0f, {n});",
+        "AscendC::Mul({dst}, {dst}, tb, {n});",
+    ],
+);
+
+/// cos: the reduction, then 1 + r^2 (-1/2 + r^2 (1/4! + ... + r^2 / 16!)).
+const COS_VEC: &[&str] = &concat_arrays::<8, 17, 25>(
+    reduce_2pi_vec!(),
+    [
+        "AscendC::Duplicate({dst}, 4.7794773323873853e-14f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, -1.1470745597729725e-11f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, 2.0876756987868099e-9f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, -2.7557319223985888e-7f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, 2.4801587301587302e-5f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, -1.3888888888888889e-3f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, 4.1666666666666664e-2f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, -0.5f, {n});",
+        "AscendC::Mul({dst}, {dst}, tc, {n});",
+        "AscendC::Adds({dst}, {dst}, 1.0f, {n});",
+    ],
+);
+
+/// `a` then `b`, at compile time.
+const fn concat_arrays<const A: usize, const B: usize, const N: usize>(
+    a: [&'static str; A],
+    b: [&'static str; B],
+) -> [&'static str; N] {
+    assert!(A + B == N, "concat_arrays: N must be A + B");
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    while i < N {
+        out[i] = b[i - A];
+        i += 1;
+    }
+    out
+}
+
 /// Sigmoid on the vector unit: 1 / (1 + e^-x).
 const SIGMOID_VEC: &[&str] = &[
     "AscendC::Muls({dst}, {x}, -1.0f, {n});",
@@ -89,7 +173,7 @@ const SIGMOID_VEC: &[&str] = &[
 ];
 
 /// The unary table, in `UnaryOp` declaration order (`UnaryOp::spec` indexes it).
-pub const UNARY: [UnarySpec; 12] = [
+pub const UNARY: [UnarySpec; 14] = [
     UnarySpec {
         op: UnaryOp::Neg,
         name: "neg",
@@ -315,6 +399,28 @@ pub const UNARY: [UnarySpec; 12] = [
         ],
         flops: 2.0,
         transcendental: true,
+    },
+    UnarySpec {
+        op: UnaryOp::Sin,
+        name: "sin",
+        f64: f64::sin,
+        f32: f32::sin,
+        c: "af_sinf({x})",
+        ascend_scalar: "af_s_sin({x})",
+        ascend_vector: SIN_VEC,
+        flops: 20.0,
+        transcendental: false,
+    },
+    UnarySpec {
+        op: UnaryOp::Cos,
+        name: "cos",
+        f64: f64::cos,
+        f32: f32::cos,
+        c: "af_cosf({x})",
+        ascend_scalar: "af_s_cos({x})",
+        ascend_vector: COS_VEC,
+        flops: 21.0,
+        transcendental: false,
     },
 ];
 

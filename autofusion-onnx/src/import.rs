@@ -608,6 +608,8 @@ impl Importer<'_> {
             "Sigmoid" => Some(UnaryOp::Sigmoid),
             "Relu" => Some(UnaryOp::Relu),
             "Erf" => Some(UnaryOp::Erf),
+            "Sin" => Some(UnaryOp::Sin),
+            "Cos" => Some(UnaryOp::Cos),
             _ => None,
         };
         let op = n.op_type.as_str();
@@ -742,7 +744,7 @@ impl Importer<'_> {
                     return Err(format!(
                         "op `{op}` is not supported by the importer (supported: MatMul, Gemm, \
                          Add, Sub, Mul, Div, Pow, Max, Min, Neg, Exp, Log, Sqrt, Reciprocal, \
-                         Tanh, Sigmoid, Relu, Erf, Gelu, Softmax, LayerNormalization, ReduceMean/Sum/\
+                         Tanh, Sigmoid, Relu, Erf, Sin, Cos, Gelu, Softmax, LayerNormalization, ReduceMean/Sum/\
                          Max, Cast, Identity, Transpose, Reshape, Flatten, Squeeze, Unsqueeze, \
                          Concat, Slice, Split, and on shapes and constants Shape, Size, \
                          Gather, Constant, ConstantOfShape, Range, Equal, Less(OrEqual), \

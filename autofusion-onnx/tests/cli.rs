@@ -202,9 +202,9 @@ fn bad_input_is_one_error_line_and_a_nonzero_exit() {
     assert_ne!(code, 0);
 }
 
-/// x: f32[S, 8] -> MatMul w1 -> Add b1 -> Sin (not taken by the importer) -> MatMul w2 -> Add
-/// b2 -> Relu -> y; `typed`: the model records Sin's output type (`value_info`).
-fn with_sin(typed: bool) -> ModelProto {
+/// x: f32[S, 8] -> MatMul w1 -> Add b1 -> Atan (not taken by the importer) -> MatMul w2 -> Add
+/// b2 -> Relu -> y; `typed`: the model records Atan's output type (`value_info`).
+fn with_atan(typed: bool) -> ModelProto {
     let bias = |name: &str, n: i64| {
         let mut t = weight(name, 1, n);
         t.dims = vec![n];
@@ -218,7 +218,7 @@ fn with_sin(typed: bool) -> ModelProto {
             node: vec![
                 node("MatMul", &["x", "w1"], "h1"),
                 node("Add", &["h1", "b1"], "h"),
-                node("Sin", &["h"], "e"),
+                node("Atan", &["h"], "e"),
                 node("MatMul", &["e", "w2"], "f1"),
                 node("Add", &["f1", "b2"], "f"),
                 node("Relu", &["f"], "y"),
@@ -245,10 +245,10 @@ fn with_sin(typed: bool) -> ModelProto {
 #[test]
 fn an_unsupported_op_is_left_as_it_is_and_the_rest_fused() {
     for typed in [true, false] {
-        let input = tmp(&format!("sin_{typed}.onnx"));
-        std::fs::write(&input, with_sin(typed).encode_to_vec()).unwrap();
+        let input = tmp(&format!("atan_{typed}.onnx"));
+        std::fs::write(&input, with_atan(typed).encode_to_vec()).unwrap();
         let (output, report) =
-            (tmp(&format!("sin_{typed}_fused.onnx")), tmp(&format!("sin_{typed}.md")));
+            (tmp(&format!("atan_{typed}_fused.onnx")), tmp(&format!("atan_{typed}.md")));
         let (code, out, err) = run(&[
             "--input",
             input.to_str().unwrap(),
@@ -259,7 +259,7 @@ fn an_unsupported_op_is_left_as_it_is_and_the_rest_fused() {
         ]);
         assert_eq!(code, 0, "{out}\n{err}");
         assert!(
-            out.contains("[WARN] Left as it is: `e`: Sin (17): op `Sin` is not supported"),
+            out.contains("[WARN] Left as it is: `e`: Atan (17): op `Atan` is not supported"),
             "{out}"
         );
         let m = autofusion_onnx::load(&output).unwrap();
@@ -270,12 +270,12 @@ fn an_unsupported_op_is_left_as_it_is_and_the_rest_fused() {
             .map(|f| f.node.iter().map(|n| n.name.clone()).collect())
             .collect();
         let md = std::fs::read_to_string(&report).unwrap();
-        assert!(md.contains("- `e`: not imported: Sin (17)"), "{md}");
+        assert!(md.contains("- `e`: not imported: Atan (17)"), "{md}");
         if typed {
-            // Both sides of Sin are fused; Sin stays as it was between them.
+            // Both sides of Atan are fused; Atan stays as it was between them.
             assert_eq!(fused, [vec!["h1", "h"], vec!["f1", "f", "y"]], "{out}");
         } else {
-            // Sin's output has no recorded type: what reads it is left as it is too.
+            // Atan's output has no recorded type: what reads it is left as it is too.
             assert_eq!(fused, [vec!["h1", "h"]], "{out}");
             assert!(md.contains("- `f1`: not imported: MatMul (17): reads `e`"), "{md}");
         }

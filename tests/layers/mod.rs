@@ -102,7 +102,12 @@ pub fn op_zoo(
 ) {
     let a = relu(x) + tanh(y) * sigmoid(x) - exp(neg(y * y));
     let b = pow(max(x, y), 2.0) / (min(x, y) * min(x, y) + 1.0);
-    let c = log(sqrt(b + 1.0)) + rsqrt(b + 2.0) + gelu(a) + silu(a) + erf(a - y);
+    let c = log(sqrt(b + 1.0))
+        + rsqrt(b + 2.0)
+        + gelu(a)
+        + silu(a)
+        + erf(a - y)
+        + sin(a * 3.0) * cos(y);
     let col = mean(c, 0) + sum(x, 0) * 0.5 - max(y, 0);
     let (lo, hi) = split(matmul(c, w), 2, -1);
     let cat = concat([hi, lo * 2.0], -1);

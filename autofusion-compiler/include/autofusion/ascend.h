@@ -43,6 +43,21 @@ __aicore__ inline float af_s_round_bf(AscendC::LocalTensor<float> &s, AscendC::L
 }
 __aicore__ inline float af_s_tanh(AscendC::LocalTensor<float> &s, float x) { return 2.0f / (1.0f + af_s_exp(s, -2.0f * x)) - 1.0f; }
 __aicore__ inline float af_s_sigmoid(AscendC::LocalTensor<float> &s, float x) { return 1.0f / (1.0f + af_s_exp(s, -x)); }
+/* sin and cos as the host's af_sinf / af_cosf: x reduced by 2 pi (the 1.5 * 2^23 rounding
+ * trick, 2 pi in two parts), then the Taylor series to r^15 / r^16 on [-pi, pi]. */
+__aicore__ inline float af_s_reduce_2pi(float x) {
+    const float k = (x * 0.15915494309189535f + 12582912.0f) - 12582912.0f;
+    return (x - k * 6.28125f) - k * 1.9353071795864769e-3f;
+}
+__aicore__ inline float af_s_sin(float x) {
+    const float r = af_s_reduce_2pi(x), r2 = r * r;
+    const float p = ((((((-7.6471637318198164e-13f * r2 + 1.6059043836821613e-10f) * r2 - 2.5052108385441720e-8f) * r2 + 2.7557319223985893e-6f) * r2 - 1.9841269841269841e-4f) * r2 + 8.3333333333333332e-3f) * r2 - 1.6666666666666666e-1f) * r2 + 1.0f;
+    return p * r;
+}
+__aicore__ inline float af_s_cos(float x) {
+    const float r = af_s_reduce_2pi(x), r2 = r * r;
+    return (((((((4.7794773323873853e-14f * r2 - 1.1470745597729725e-11f) * r2 + 2.0876756987868099e-9f) * r2 - 2.7557319223985888e-7f) * r2 + 2.4801587301587302e-5f) * r2 - 1.3888888888888889e-3f) * r2 + 4.1666666666666664e-2f) * r2 - 0.5f) * r2 + 1.0f;
+}
 /* erf by Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7). */
 __aicore__ inline float af_s_erf(AscendC::LocalTensor<float> &s, float x) {
     const float a = x < 0.0f ? -x : x, t = 1.0f / (1.0f + 0.3275911f * a);

@@ -100,6 +100,39 @@ static inline float af_tanhf(float x) {
     const float r = 1.0f - 2.0f / (e + 1.0f);
     return x < 0.0f ? -r : r;
 }
+/* sin and cos, branch-free (so loops over them vectorise): x reduced by 2 pi to r in
+ * [-pi, pi] (k = round(x / 2 pi) by the 1.5 * 2^23 rounding trick, 2 pi split in two so that
+ * k * C1 is exact), then the Taylor series to r^15 / r^16 (error below 1e-6 on [-pi, pi]).
+ * Good for |x| below 2^22 * 2 pi; NaN and infinities give NaN. */
+static inline float af_reduce_2pi(float x) {
+    const float k = (x * 0.15915494309189535f + 12582912.0f) - 12582912.0f;
+    return (x - k * 6.28125f) - k * 1.9353071795864769e-3f;
+}
+static inline float af_sinf(float x) {
+    const float r = af_reduce_2pi(x), r2 = r * r;
+    float p = -7.6471637318198164e-13f;
+    p = p * r2 + 1.6059043836821613e-10f;
+    p = p * r2 - 2.5052108385441720e-8f;
+    p = p * r2 + 2.7557319223985893e-6f;
+    p = p * r2 - 1.9841269841269841e-4f;
+    p = p * r2 + 8.3333333333333332e-3f;
+    p = p * r2 - 1.6666666666666666e-1f;
+    p = p * r2 + 1.0f;
+    return p * r;
+}
+static inline float af_cosf(float x) {
+    const float r = af_reduce_2pi(x), r2 = r * r;
+    float p = 4.7794773323873853e-14f;
+    p = p * r2 - 1.1470745597729725e-11f;
+    p = p * r2 + 2.0876756987868099e-9f;
+    p = p * r2 - 2.7557319223985888e-7f;
+    p = p * r2 + 2.4801587301587302e-5f;
+    p = p * r2 - 1.3888888888888889e-3f;
+    p = p * r2 + 4.1666666666666664e-2f;
+    p = p * r2 - 0.5f;
+    p = p * r2 + 1.0f;
+    return p;
+}
 /* erf(x) from the Chebyshev fit of erfc in Numerical Recipes (fractional error of erfc
  * below 1.2e-7 everywhere), on af_expf: branch-free, so loops over it vectorise. */
 static inline float af_erff(float x) {
