@@ -94,3 +94,78 @@ fn exporter_shape_arithmetic_and_split_fold_at_import() {
     assert_eq!(slices, 3, "Split is three views of the projection");
     run_fixture("shape_ops", 5, 8);
 }
+
+/// A fixture exported by torch.onnx (`autofusion-onnx/tests/fixtures/export_torch.py`): its
+/// inputs and torch's output, shapes from the `.json` beside it.
+fn torch_fixture(name: &str) -> (Vec<(String, Tensor)>, Tensor) {
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap())
+            .unwrap();
+    let shape = |v: &serde_json::Value| -> Vec<usize> {
+        v.as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()
+    };
+    let inputs = meta["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let data = f32s(&fixture(&format!("{name}.in{i}.bin")));
+            (v[0].as_str().unwrap().to_string(), Tensor::from_f32(&shape(&v[1]), data).unwrap())
+        })
+        .collect();
+    let out = Tensor::from_f32(&shape(&meta["output"]), f32s(&fixture(&format!("{name}.out.bin"))))
+        .unwrap();
+    (inputs, out)
+}
+
+/// Hugging Face's BERT encoder layer (padding mask) and Llama decoder layer (RMSNorm, RoPE
+/// from cos / sin inputs, causal mask, SwiGLU), each exported by torch.onnx's TorchScript
+/// exporter (opset 17: shape arithmetic in the graph) and its dynamo exporter (opset 18,
+/// weights in an external-data file): imported, the sequence length dynamic, every node taken,
+/// and at every opt level the fused kernels agree with the reference and with what torch
+/// computed.
+#[test]
+fn torch_exported_bert_and_llama_layers_match_torch() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("onnx_torch");
+    // AUTOFUSION_TORCH_FIXTURE=name runs that fixture only (for debugging).
+    let only = std::env::var("AUTOFUSION_TORCH_FIXTURE").ok();
+    for name in ["bert_layer_ts", "bert_layer_dy", "llama_layer_ts", "llama_layer_dy"] {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
+        let model = autofusion_onnx::load(&fixture(&format!("{name}.onnx"))).unwrap();
+        let (inputs, want) = torch_fixture(name);
+        for level in 0..=3u8 {
+            let imported =
+                autofusion_onnx::import(&model, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(imported.graph.dyn_dims, ["S"], "{name}: the sequence stays dynamic");
+            let mut params = Vec::new();
+            for p in 0..imported.graph.params.len() {
+                let pname = &imported.graph.params[p];
+                match imported.weights.iter().find(|(q, _)| *q == p) {
+                    Some(_) => {
+                        let node = imported.graph.node(imported.graph.param_nodes()[p]);
+                        let shape: Vec<usize> =
+                            node.shape.iter().map(|e| e.as_const().unwrap() as usize).collect();
+                        let bytes = imported.weight_bytes(&model, p).unwrap();
+                        params.push(Tensor::from_le_bytes(node.dtype, &shape, &bytes).unwrap());
+                    }
+                    None => {
+                        let (_, t) = inputs.iter().find(|(n, _)| n == pname).unwrap();
+                        params.push(t.clone());
+                    }
+                }
+            }
+            let opts = Options { opt_level: level, ..Options::default() };
+            let unit = Unit::from_graph(imported.graph, opts).unwrap();
+            let m = common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap();
+            let refs: Vec<&Tensor> = params.iter().collect();
+            let got = m.run(&refs).unwrap();
+            let reference = m.reference(&refs).unwrap();
+            let ctx = format!("{name}, opt_level {level}");
+            common::assert_close(&format!("{ctx} vs reference"), &got, &reference);
+            common::assert_close(&format!("{ctx} vs torch"), &got, std::slice::from_ref(&want));
+        }
+    }
+}

@@ -626,6 +626,16 @@ impl Importer<'_> {
         } else {
             match op {
                 "Identity" => self.val(&need(0)?)?,
+                // Inference: Dropout passes its input through (its `training_mode` input,
+                // opset 12+, must then be absent or false; its mask output unused).
+                "Dropout" => {
+                    if let Some(tm) = input(2) {
+                        if self.const_ints(&tm)?.iter().any(|v| *v != 0) {
+                            return Err("Dropout in training mode is not inference".into());
+                        }
+                    }
+                    self.val(&need(0)?)?
+                }
                 "Reciprocal" => {
                     let x = self.node_of(&need(0)?)?;
                     let one = self.b.constant(1.0, self.b.node(x).dtype);
@@ -745,8 +755,8 @@ impl Importer<'_> {
                         "op `{op}` is not supported by the importer (supported: MatMul, Gemm, \
                          Add, Sub, Mul, Div, Pow, Max, Min, Neg, Exp, Log, Sqrt, Reciprocal, \
                          Tanh, Sigmoid, Relu, Erf, Sin, Cos, Gelu, Softmax, LayerNormalization, ReduceMean/Sum/\
-                         Max, Cast, Identity, Transpose, Reshape, Flatten, Squeeze, Unsqueeze, \
-                         Concat, Slice, Split, and on shapes and constants Shape, Size, \
+                         Max, Cast, Identity, Dropout, Transpose, Reshape, Flatten, Squeeze, \
+                         Unsqueeze, Concat, Slice, Split, and on shapes and constants Shape, Size, \
                          Gather, Constant, ConstantOfShape, Range, Equal, Less(OrEqual), \
                          Greater(OrEqual), Not, And, Or, Xor, Where, Expand, CumSum)"
                     ))
@@ -754,7 +764,11 @@ impl Importer<'_> {
             }
         };
         self.set(n, 0, out);
-        if op != "LayerNormalization" && n.output.iter().skip(1).any(|o| !o.is_empty()) {
+        // (Dropout's mask output, when a model names it, is left undefined: a node reading it
+        // is an error that names it.)
+        if !matches!(op, "LayerNormalization" | "Dropout")
+            && n.output.iter().skip(1).any(|o| !o.is_empty())
+        {
             return Err("only the first output of this op is supported".into());
         }
         Ok(())

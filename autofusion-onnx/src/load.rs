@@ -193,6 +193,63 @@ fn external(t: &TensorProto, model_path: &Path, want: usize) -> Result<Bytes, On
     Ok(all.slice(offset..end))
 }
 
+/// Bytes per element of an ONNX tensor element type with a fixed size.
+fn elem_size(data_type: i32) -> Option<usize> {
+    use crate::proto::data_type as dt;
+    match data_type {
+        dt::DOUBLE | dt::INT64 => Some(8),
+        dt::FLOAT | dt::INT32 => Some(4),
+        dt::FLOAT16 | dt::BFLOAT16 => Some(2),
+        dt::INT8 | dt::UINT8 | dt::BOOL => Some(1),
+        _ => None,
+    }
+}
+
+/// Make the external-data references of `proto` (read from `from`) valid for a model written
+/// to `to`: when `to` is in another directory, the external tensors' bytes are written to
+/// `<to's file name>.data` beside it (each 64-byte aligned) and their entries point there; in
+/// the same directory nothing changes. Locations stay relative, as ONNX requires.
+pub fn relocate_external_data(
+    proto: &mut ModelProto,
+    from: &Path,
+    to: &Path,
+) -> Result<(), OnnxError> {
+    let dir = |p: &Path| {
+        let d = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf())
+    };
+    let Some(graph) = proto.graph.as_mut() else { return Ok(()) };
+    let external = |t: &TensorProto| t.data_location == DATA_LOCATION_EXTERNAL;
+    if dir(from) == dir(to) || !graph.initializer.iter().any(external) {
+        return Ok(());
+    }
+    let name = format!("{}.data", to.file_name().map_or("model".into(), |n| n.to_string_lossy()));
+    let mut data: Vec<u8> = Vec::new();
+    for t in graph.initializer.iter_mut().filter(|t| external(t)) {
+        let n = t.dims.iter().try_fold(1usize, |a, d| a.checked_mul(usize::try_from(*d).ok()?));
+        let (Some(n), Some(elem)) = (n, elem_size(t.data_type)) else {
+            return Err(OnnxError::model(format!(
+                "external tensor `{}`: element type {} or shape {:?} cannot be copied",
+                t.name, t.data_type, t.dims
+            )));
+        };
+        let bytes = tensor_bytes(t, from, elem, n)?;
+        data.resize(data.len().div_ceil(64) * 64, 0);
+        let offset = data.len();
+        data.extend_from_slice(&bytes);
+        let entry =
+            |k: &str, v: String| crate::proto::StringStringEntryProto { key: k.into(), value: v };
+        t.external_data = vec![
+            entry("location", name.clone()),
+            entry("offset", offset.to_string()),
+            entry("length", bytes.len().to_string()),
+        ];
+    }
+    let path = to.with_file_name(&name);
+    std::fs::write(&path, &data)
+        .map_err(|e| OnnxError::file(&path, format!("cannot write it: {e}")))
+}
+
 /// A serialized `TensorProto` file (the test data of ONNX's backend tests).
 pub fn read_tensor(path: &Path) -> Result<TensorProto, OnnxError> {
     let bytes = map_file(path)?;

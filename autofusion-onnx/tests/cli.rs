@@ -155,6 +155,23 @@ fn every_opt_level_and_target_gives_a_model_onnxruntime_runs() {
     }
 }
 
+/// The BERT and Llama layers exported by both of torch.onnx's exporters (`fixtures/
+/// export_torch.py`): every node imported (nothing left as it was for want of an op), and the
+/// fused model passes the checker and runs in onnxruntime with the original's outputs.
+#[test]
+fn torch_exported_layers_fuse_and_run_in_onnxruntime() {
+    for name in ["bert_layer_ts", "bert_layer_dy", "llama_layer_ts", "llama_layer_dy"] {
+        let input = fixture(&format!("{name}.onnx"));
+        let output = tmp(&format!("{name}_fused.onnx"));
+        let (code, out, err) =
+            run(&["--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+        assert_eq!(code, 0, "{name}:\n{out}\n{err}");
+        assert!(!out.contains("[WARN] Left as it is"), "{name}: an op was not imported:\n{out}");
+        assert!(out.matches("[INFO] Fused_").count() >= 5, "{name}:\n{out}");
+        python(CHECK, &[&input, &output]);
+    }
+}
+
 #[test]
 fn bad_input_is_one_error_line_and_a_nonzero_exit() {
     let input = fixture("seed_d32.onnx");

@@ -11,6 +11,7 @@ use autofusion_compiler::plan::{Rule, RuleSet};
 use autofusion_compiler::target::Target;
 use autofusion_compiler::{report, Options, Unit, Variant};
 use autofusion_onnx::export::{fuse, is_fused};
+use autofusion_onnx::load::relocate_external_data;
 use clap::Parser;
 use prost::Message;
 use std::path::PathBuf;
@@ -93,7 +94,9 @@ fn run(a: &Args) -> Result<(), String> {
             a.input.display(),
             autofusion_onnx::FUSED_DOMAIN
         );
-        std::fs::write(&a.output, model.proto.encode_to_vec())
+        let mut proto = model.proto.clone();
+        relocate_external_data(&mut proto, &a.input, &a.output).map_err(|e| e.to_string())?;
+        std::fs::write(&a.output, proto.encode_to_vec())
             .map_err(|e| format!("cannot write {}: {e}", a.output.display()))?;
         println!("[INFO] Wrote {} unchanged.", a.output.display());
         return Ok(());
@@ -163,7 +166,10 @@ fn run(a: &Args) -> Result<(), String> {
     let n_orig = model.proto.graph.as_ref().map_or(0, |gr| gr.node.len());
     let n_new = fused.model.graph.as_ref().map_or(0, |gr| gr.node.len());
     println!("[INFO] ONNX graph: {n_orig} nodes -> {n_new} nodes ({} fused nodes, {} nodes left as they were).", fused.fused.len(), fused.left.len());
-    step("writing the fused model", || std::fs::write(&a.output, fused.model.encode_to_vec()))
+    let mut out = fused.model;
+    // External weights stay external: beside the output when it is in another directory.
+    relocate_external_data(&mut out, &a.input, &a.output).map_err(|e| e.to_string())?;
+    step("writing the fused model", || std::fs::write(&a.output, out.encode_to_vec()))
         .map_err(|e| format!("cannot write {}: {e}", a.output.display()))?;
     println!("[INFO] Wrote {}.", a.output.display());
     if let Some(r) = &a.report {
