@@ -127,10 +127,15 @@ pub(crate) fn glue(
     let model_path = std::fs::canonicalize(&m.path).unwrap_or_else(|_| m.path.clone());
     let weights: Vec<(usize, String)> = im.imported.weights.clone();
     let is_weight = |p: usize| weights.iter().position(|(q, _)| *q == p);
-    let inputs: Vec<(usize, String)> = (0..g.params.len())
-        .filter(|p| is_weight(*p).is_none())
-        .map(|p| (p, ident(&g.params[p])))
-        .collect();
+    let mut inputs: Vec<(usize, String)> = Vec::new();
+    for p in (0..g.params.len()).filter(|p| is_weight(*p).is_none()) {
+        // Names that become the same identifier (`x.1`, `x_1`) get the input's index.
+        let mut n = ident(&g.params[p]);
+        if inputs.iter().any(|(_, m)| *m == n) {
+            n = format!("{n}_{p}");
+        }
+        inputs.push((p, n));
+    }
     let mut table = String::new();
     for (p, wname) in &weights {
         table += &weight_entry(im, m, *p, wname, dir)?;
