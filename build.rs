@@ -12,7 +12,15 @@ fn main() {
         .into_iter()
         .filter(|f| std::path::Path::new(f).exists())
         .collect();
+    // An ONNX model built into the tests as a module (`Builder::onnx`): the seed layer as
+    // onnxruntime's peer script exports it.
+    let onnx = "autofusion-onnx/tests/fixtures/seed_d32.onnx";
     if !files.is_empty() {
-        autofusion_build::Builder::new().files(files).compile("autofusion_examples");
+        let mut b = autofusion_build::Builder::new();
+        b.files(files);
+        if std::path::Path::new(onnx).exists() {
+            b.onnx(onnx, "seed_onnx");
+        }
+        b.compile("autofusion_examples");
     }
 }

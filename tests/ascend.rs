@@ -103,6 +103,29 @@ fn macro_layers_run_on_the_ascend_device() {
     assert!(e.contains("ffn_f16") && e.contains("[7, 3]"), "{e}");
 }
 
+// The seed layer's ONNX export, built into the tests by build.rs with `Builder::onnx`.
+include!(concat!(env!("OUT_DIR"), "/autofusion/seed_onnx.rs"));
+
+/// A model built with `Builder::onnx` runs on the device through its generated module's
+/// `run_on`, its weights read from the model file, agreeing with the reference and with what
+/// onnxruntime computed.
+#[test]
+fn an_onnx_model_built_into_the_crate_runs_on_the_ascend_device() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("autofusion-onnx/tests/fixtures");
+    let f32s = |f: &str| -> Vec<f32> {
+        let b = std::fs::read(dir.join(f)).unwrap();
+        b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    };
+    let x = Tensor::from_f32(&[5, 32], f32s("seed_d32.x.bin")).unwrap();
+    let ort = Tensor::from_f32(&[5, 32], f32s("seed_d32.y.bin")).unwrap();
+    let got = seed_onnx::run_on(Device::Ascend(0), &x).unwrap();
+    let want = seed_onnx::reference(&x).unwrap();
+    let got = [got];
+    common::assert_close("seed_onnx on Ascend vs reference", &got, &[want]);
+    common::assert_close("seed_onnx on Ascend vs onnxruntime", &got, &[ort]);
+}
+
 /// Random layer-like graphs (the compiler's property-test generator) through the Ascend path
 /// at opt_level 2 and 3.
 #[test]

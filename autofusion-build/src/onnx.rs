@@ -209,16 +209,24 @@ pub(crate) fn glue(
             ps.push(extra.to_string());
         }
         ps.extend(params_ty.iter().cloned());
-        let _ = writeln!(w, "    /// {doc}\n    pub fn {fname}({}) -> ::autofusion::Result<{ret}> {{\n        let __w = weights()?;\n        let __v = {call}(&[{}])?;\n        {convert}\n        Ok({result})\n    }}", ps.join(", "), args.join(", "));
+        // `call` names the inputs slice `{args}`.
+        let call = call.replace("{args}", &format!("&[{}]", args.join(", ")));
+        let _ = writeln!(w, "    /// {doc}\n    pub fn {fname}({}) -> ::autofusion::Result<{ret}> {{\n        let __w = weights()?;\n        let __v = {call}?;\n        {convert}\n        Ok({result})\n    }}", ps.join(", "));
     };
-    entry(w, "run", "Run the fused model on the CPU.", "", "module()?.run");
-    entry(w, "unfused", "Run with one kernel per op (opt_level 0).", "", "unfused_module()?.run");
+    entry(w, "run", "Run the fused model on the CPU.", "", "module()?.run({args})");
+    entry(
+        w,
+        "unfused",
+        "Run with one kernel per op (opt_level 0).",
+        "",
+        "unfused_module()?.run({args})",
+    );
     entry(
         w,
         "reference",
         "Run op by op in the reference interpreter (the test oracle).",
         "",
-        "module()?.reference",
+        "module()?.reference({args})",
     );
     let ascend_arg = if ascend {
         let launch = format!("{fused}_launch");
@@ -229,13 +237,13 @@ pub(crate) fn glue(
     } else {
         ""
     };
-    let call = format!("|__i: &[&::autofusion::Tensor]| ::autofusion::__private::run_on(device, &module, {ascend_arg}__i)");
+    let call = format!("::autofusion::__private::run_on(device, &module, {ascend_arg}{{args}})");
     entry(
         w,
         "run_on",
         "Run on `device` (`Device::Ascend(n)` needs a build with the `ascend` feature).",
         "device: ::autofusion::Device",
-        &format!("({call})"),
+        &call,
     );
     let _ = writeln!(w, "}}");
     Ok(s)
