@@ -49,12 +49,62 @@ fn ident(name: &str) -> String {
         s.insert_str(0, "in_");
     }
     const KEYWORDS: &[&str] = &[
-        "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn",
-        "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref",
-        "return", "self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use",
-        "where", "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final",
-        "macro", "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "device",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "crate",
+        "else",
+        "enum",
+        "extern",
+        "false",
+        "fn",
+        "for",
+        "if",
+        "impl",
+        "in",
+        "let",
+        "loop",
+        "match",
+        "mod",
+        "move",
+        "mut",
+        "pub",
+        "ref",
+        "return",
+        "self",
+        "static",
+        "struct",
+        "super",
+        "trait",
+        "true",
+        "type",
+        "unsafe",
+        "use",
+        "where",
+        "while",
+        "async",
+        "await",
+        "dyn",
+        "abstract",
+        "become",
+        "box",
+        "do",
+        "final",
+        "macro",
+        "override",
+        "priv",
+        "typeof",
+        "unsized",
+        "virtual",
+        "yield",
+        "try",
+        // names the generated entries use in their bodies
+        "device",
         "weights",
+        "module",
+        "unfused_module",
+        "ascend_module",
     ];
     if KEYWORDS.contains(&s.as_str()) {
         s.push('_');
@@ -259,6 +309,7 @@ mod tests {
         assert_eq!(ident("x.1"), "x_1");
         assert_eq!(ident("0"), "in_0");
         assert_eq!(ident("type"), "type_");
+        assert_eq!(ident("module"), "module_", "an input must not shadow the entry's calls");
         assert_eq!(ident("onnx::MatMul_12"), "onnx__MatMul_12");
     }
 }

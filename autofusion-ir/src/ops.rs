@@ -79,6 +79,34 @@ fn gelu_tanh32(x: f32) -> f32 {
     0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh())
 }
 
+/// erf(z) for z >= 0 on the vector unit, Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7): with
+/// `ta` = the argument's magnitude before scaling and `tb` = p z (p = 0.3275911), leaves
+/// erf(z) in `tc`; `$sq` scales ta^2 to -z^2 (-1 when z = ta, -1/2 when z = ta / sqrt 2).
+macro_rules! erf_7_1_26_vec {
+    ($sq:literal) => {
+        [
+            "AscendC::Adds(tb, tb, 1.0f, {n});",
+            "AscendC::Duplicate(tc, 1.0f, {n});",
+            "AscendC::Div(tb, tc, tb, {n}); /* t */",
+            "AscendC::Muls(tc, tb, 1.061405429f, {n});",
+            "AscendC::Adds(tc, tc, -1.453152027f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Adds(tc, tc, 1.421413741f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Adds(tc, tc, -0.284496736f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Adds(tc, tc, 0.254829592f, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Mul(tb, ta, ta, {n});",
+            concat!("AscendC::Muls(tb, tb, ", $sq, ", {n});"),
+            "AscendC::Exp(tb, tb, {n});",
+            "AscendC::Mul(tc, tc, tb, {n});",
+            "AscendC::Muls(tc, tc, -1.0f, {n});",
+            "AscendC::Adds(tc, tc, 1.0f, {n}); /* erf */",
+        ]
+    };
+}
+
 /// x reduced by 2 pi on the vector unit (as `af_reduce_2pi` of the headers): `tb` = r in
 /// [-pi, pi], `tc` = r^2; k = round(x / 2 pi) by the 1.5 * 2^23 rounding trick, 2 pi in two
 /// parts so that k * 6.28125 is exact.
@@ -284,31 +312,20 @@ pub const UNARY: [UnarySpec; 14] = [
         ascend_scalar: "(0.5f * {x} * (1.0f + af_s_erf(sc, {x} * 0.70710678f)))",
         // 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x + 0.5 |x| erf(|x| / sqrt 2), erf by
         // Abramowitz-Stegun 7.1.26 (|error| <= 1.5e-7) on Exp.
-        ascend_vector: &[
-            "AscendC::Abs(ta, {x}, {n});",
-            "AscendC::Muls(tb, ta, 0.231641900f, {n}); /* p / sqrt 2 */",
-            "AscendC::Adds(tb, tb, 1.0f, {n});",
-            "AscendC::Duplicate(tc, 1.0f, {n});",
-            "AscendC::Div(tb, tc, tb, {n}); /* t */",
-            "AscendC::Muls(tc, tb, 1.061405429f, {n});",
-            "AscendC::Adds(tc, tc, -1.453152027f, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Adds(tc, tc, 1.421413741f, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Adds(tc, tc, -0.284496736f, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Adds(tc, tc, 0.254829592f, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Mul(tb, ta, ta, {n});",
-            "AscendC::Muls(tb, tb, -0.5f, {n});",
-            "AscendC::Exp(tb, tb, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Muls(tc, tc, -1.0f, {n});",
-            "AscendC::Adds(tc, tc, 1.0f, {n}); /* erf(|x| / sqrt 2) */",
-            "AscendC::Mul(tc, tc, ta, {n});",
-            "AscendC::Add({dst}, tc, {x}, {n});",
-            "AscendC::Muls({dst}, {dst}, 0.5f, {n});",
-        ],
+        ascend_vector: &concat_arrays::<20, 3, 23>(
+            concat_arrays::<2, 18, 20>(
+                [
+                    "AscendC::Abs(ta, {x}, {n});",
+                    "AscendC::Muls(tb, ta, 0.231641900f, {n}); /* p / sqrt 2 */",
+                ],
+                erf_7_1_26_vec!("-0.5f"),
+            ),
+            [
+                "AscendC::Mul(tc, tc, ta, {n});",
+                "AscendC::Add({dst}, tc, {x}, {n});",
+                "AscendC::Muls({dst}, {dst}, 0.5f, {n});",
+            ],
+        ),
         flops: 2.0,
         transcendental: true,
     },
@@ -368,35 +385,22 @@ pub const UNARY: [UnarySpec; 14] = [
         // (Abramowitz-Stegun 7.1.26, |error| <= 1.5e-7). The sign is x / max(|x|, 1e-30) of x
         // clamped to +-1e30 (so +-1 at the infinities, 0 at 0), |x| clamped to 10 (erf is 1
         // there in f32).
-        ascend_vector: &[
-            "AscendC::Maxs({dst}, {x}, -1e30f, {n});",
-            "AscendC::Mins({dst}, {dst}, 1e30f, {n});",
-            "AscendC::Abs(ta, {dst}, {n});",
-            "AscendC::Maxs(ta, ta, 1e-30f, {n});",
-            "AscendC::Div({dst}, {dst}, ta, {n}); /* sign(x) */",
-            "AscendC::Abs(ta, {x}, {n});",
-            "AscendC::Mins(ta, ta, 10.0f, {n});",
-            "AscendC::Muls(tb, ta, 0.3275911f, {n});",
-            "AscendC::Adds(tb, tb, 1.0f, {n});",
-            "AscendC::Duplicate(tc, 1.0f, {n});",
-            "AscendC::Div(tb, tc, tb, {n}); /* t */",
-            "AscendC::Muls(tc, tb, 1.061405429f, {n});",
-            "AscendC::Adds(tc, tc, -1.453152027f, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Adds(tc, tc, 1.421413741f, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Adds(tc, tc, -0.284496736f, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Adds(tc, tc, 0.254829592f, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Mul(tb, ta, ta, {n});",
-            "AscendC::Muls(tb, tb, -1.0f, {n});",
-            "AscendC::Exp(tb, tb, {n});",
-            "AscendC::Mul(tc, tc, tb, {n});",
-            "AscendC::Muls(tc, tc, -1.0f, {n});",
-            "AscendC::Adds(tc, tc, 1.0f, {n}); /* erf(|x|) */",
-            "AscendC::Mul({dst}, {dst}, tc, {n});",
-        ],
+        ascend_vector: &concat_arrays::<26, 1, 27>(
+            concat_arrays::<8, 18, 26>(
+                [
+                    "AscendC::Maxs({dst}, {x}, -1e30f, {n});",
+                    "AscendC::Mins({dst}, {dst}, 1e30f, {n});",
+                    "AscendC::Abs(ta, {dst}, {n});",
+                    "AscendC::Maxs(ta, ta, 1e-30f, {n});",
+                    "AscendC::Div({dst}, {dst}, ta, {n}); /* sign(x) */",
+                    "AscendC::Abs(ta, {x}, {n});",
+                    "AscendC::Mins(ta, ta, 10.0f, {n});",
+                    "AscendC::Muls(tb, ta, 0.3275911f, {n});",
+                ],
+                erf_7_1_26_vec!("-1.0f"),
+            ),
+            ["AscendC::Mul({dst}, {dst}, tc, {n});"],
+        ),
         flops: 2.0,
         transcendental: true,
     },

@@ -41,9 +41,9 @@ fn fail(file: &Path, weight: &str, msg: String) -> Error {
     Error::Weights { file: file.display().to_string(), weight: weight.to_string(), msg }
 }
 
-/// A read-only mapping of `path`.
-fn map(path: &Path) -> Result<Option<memmap2::Mmap>> {
-    let io = |e: std::io::Error| fail(path, "*", format!("cannot read the file: {e}"));
+/// A read-only mapping of `path`, which holds `weight` (named in the error).
+fn map(path: &Path, weight: &str) -> Result<Option<memmap2::Mmap>> {
+    let io = |e: std::io::Error| fail(path, weight, format!("cannot read the file: {e}"));
     let file = std::fs::File::open(path).map_err(io)?;
     if file.metadata().map_err(io)?.len() == 0 {
         return Ok(None);
@@ -67,7 +67,7 @@ pub fn load(model: &Path, table: &[WeightRef]) -> Result<Vec<Tensor>> {
             Some(b) => b,
             None => {
                 if !maps.contains_key(&path) {
-                    let m = map(&path)?;
+                    let m = map(&path, w.name)?;
                     maps.insert(path.clone(), m);
                 }
                 let all: &[u8] = maps[&path].as_deref().unwrap_or(&[]);
@@ -149,7 +149,7 @@ mod tests {
         assert!(e.contains("past the end"), "{e}");
         // Missing file.
         let e = load(&dir.join("gone.onnx"), &[w]).unwrap_err().to_string();
-        assert!(e.contains("cannot read"), "{e}");
+        assert!(e.contains("cannot read") && e.contains("weight `w`"), "{e}");
         // Inline bytes need no file; f16 from its bit patterns.
         let h: Vec<u8> =
             [half::f16::from_f32(0.5).to_bits()].iter().flat_map(|b| b.to_le_bytes()).collect();
