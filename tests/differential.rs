@@ -63,7 +63,7 @@ fn every_rule_at_every_opt_level_matches_the_reference() {
                 .iter()
                 .filter(|g| g.kind == GroupKind::FlashAttention)
                 .count();
-            let attention_layers = ["seed_layer", "bert_layer", "llama_block"];
+            let attention_layers = ["seed_layer", "bert_layer", "llama_block", "attention_f16"];
             let horizontal = unit
                 .variant(Variant::Fused, &target)
                 .plan

@@ -75,6 +75,22 @@ pub fn ffn_f16(
     x + matmul(gelu_tanh(linear(h, w1, b1)), w2)
 }
 
+/// Half-precision causal self-attention: on Ascend the cube reads f16 activations and weights
+/// in place and computes P V in f16 (P rounded into its own tile).
+#[fused_graph(dims(D = 64, H = 4))]
+pub fn attention_f16(
+    x: Tensor<f16, { [S, D] }>,
+    w_q: Tensor<f16, { [D, D] }>,
+    w_k: Tensor<f16, { [D, D] }>,
+    w_v: Tensor<f16, { [D, D] }>,
+    w_o: Tensor<f16, { [D, D] }>,
+) -> Tensor<f16, { [S, D] }> {
+    let q = split_heads(matmul(x, w_q), H);
+    let k = split_heads(matmul(x, w_k), H);
+    let v = split_heads(matmul(x, w_v), H);
+    x + matmul(merge_heads(attention(q, k, v, 1.0 / sqrt(D / H), causal)), w_o)
+}
+
 /// bf16 in, f32 math through casts, two outputs (residual stream and its normed copy).
 #[fused_graph(dims(D = 96))]
 pub fn add_norm_bf16(
