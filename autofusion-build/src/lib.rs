@@ -29,6 +29,20 @@ pub mod jit;
 mod objects;
 mod onnx;
 pub use autofusion_ascend_sys::toolkit;
+
+/// The Rust module `Builder::onnx` writes for the model at `path` named `name` (default
+/// options, no Ascend entries; inline weights go to `dir`): for the generated-source dump of
+/// `examples/dump_generated.rs`, not a stable API.
+#[doc(hidden)]
+pub fn onnx_glue_for_dump(path: &Path, name: &str, dir: &Path) -> Result<String, String> {
+    let m = onnx::OnnxModel {
+        path: path.to_path_buf(),
+        name: name.into(),
+        options: autofusion_compiler::Options::default(),
+    };
+    let im = onnx::import(&m)?;
+    onnx::glue(&im, &m, dir, false)
+}
 use std::fmt;
 use std::path::{Path, PathBuf};
 

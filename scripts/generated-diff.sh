@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Show that a change leaves every generated source as it was: dump every host and Ascend
+# source, its metadata and plan (fused and unfused, every opt level and each rule alone, the
+# layer graphs, the seed layer at d 4096, 24 random graphs, the ONNX fixtures and the Rust
+# module Builder::onnx writes for them: autofusion-build/examples/dump_generated.rs) at a base
+# revision and in the working tree, and diff the two trees.
+#
+#   scripts/generated-diff.sh [BASE_REV]     (default: HEAD)
+#
+# Exit status 0 and "identical" when nothing differs; otherwise the diff's summary and 1.
+# The base revision must hold the dumper (it landed with this script).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+base=${1:-HEAD}
+work=${AUTOFUSION_DIFF_DIR:-$root/target/generated-diff}
+mkdir -p "$work"
+rm -rf "$work/base-tree"
+git worktree prune
+git worktree add --detach "$work/base-tree" "$base" >/dev/null
+trap 'git worktree remove --force "$work/base-tree" >/dev/null 2>&1 || true' EXIT
+# One target dir for both, so only the crates that differ rebuild.
+export CARGO_TARGET_DIR="$root/target"
+dump() { (cd "$1" && cargo run -q --release -p autofusion-build --example dump_generated -- "$2"); }
+dump "$work/base-tree" "$work/base"
+dump "$root" "$work/new"
+if diff -r -q "$work/base" "$work/new" >"$work/summary.txt"; then
+  echo "identical: $(find "$work/new" -type f | wc -l) generated files at $base and in the working tree"
+else
+  echo "differences between $base and the working tree ($work/summary.txt; diff -r $work/base $work/new):"
+  head -n 40 "$work/summary.txt"
+  echo "$(wc -l <"$work/summary.txt") files differ"
+  exit 1
+fi
