@@ -19,11 +19,14 @@ rm -rf "$work/base-tree"
 git worktree prune
 git worktree add --detach "$work/base-tree" "$base" >/dev/null
 trap 'git worktree remove --force "$work/base-tree" >/dev/null 2>&1 || true' EXIT
-# One target dir for both, so only the crates that differ rebuild.
-export CARGO_TARGET_DIR="$root/target"
-dump() { (cd "$1" && cargo run -q --release -p autofusion-build --example dump_generated -- "$2"); }
-dump "$work/base-tree" "$work/base"
-dump "$root" "$work/new"
+# A target dir each: cargo keys path crates by their place in the workspace, so two checkouts
+# sharing one would take each other's artifacts. The base's is kept for the next run.
+dump() {
+  (cd "$1" && CARGO_TARGET_DIR="$3" cargo run -q --release -p autofusion-build \
+    --example dump_generated -- "$2" | grep -v '^cargo:')
+}
+dump "$work/base-tree" "$work/base" "$work/target-base"
+dump "$root" "$work/new" "${CARGO_TARGET_DIR:-$root/target}"
 if diff -r -q "$work/base" "$work/new" >"$work/summary.txt"; then
   echo "identical: $(find "$work/new" -type f | wc -l) generated files at $base and in the working tree"
 else

@@ -7,7 +7,8 @@
 //!
 //! The checker lives outside the repository (39 MB of pinned vendor headers): the test uses
 //! `AUTOFUSION_ASCEND_CHECK` (the path of `check.sh`; then it must exist), else
-//! `../shared/ascend-check/check.sh` next to the repository, else it says it did not run.
+//! `../shared/ascend-check/check.sh` next to the repository, else it says it did not run (and
+//! fails when `AUTOFUSION_REQUIRE_ASCEND_CHECK` is set, as CI sets it).
 //!
 //! A file takes about 5 s to check (g++ parses the devkit's headers each time), so by default
 //! the set is: every layer graph at every opt level (opt_level 0 is one kernel per op, what
@@ -77,6 +78,11 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
 #[test]
 fn generated_ascend_c_compiles_against_the_official_headers() {
     let Some(script) = check_script() else {
+        // CI asks for the check: there, a missing checker is a failure, not a pass.
+        assert!(
+            std::env::var("AUTOFUSION_REQUIRE_ASCEND_CHECK").is_err(),
+            "AUTOFUSION_REQUIRE_ASCEND_CHECK is set but no ascend-check was found (set AUTOFUSION_ASCEND_CHECK to its check.sh)"
+        );
         eprintln!("NOT RUN: no ascend-check (set AUTOFUSION_ASCEND_CHECK to its check.sh)");
         return;
     };

@@ -129,7 +129,7 @@ fn weight_entry(
     let shape: Vec<String> =
         node.shape.iter().map(|d| d.as_const().unwrap_or(0).max(0).to_string()).collect();
     let bytes = im.imported.weight_bytes(&im.model, p).map_err(|e| err(m, e))?;
-    let hash = autofusion_runtime::weights::fnv1a(&bytes);
+    let hash = autofusion_compiler::hash::fnv1a(&bytes);
     let model_dir = m.path.parent().unwrap_or(Path::new("."));
     let (file, offset, len, inline) =
         match im.imported.weight_location(&im.model, p).map_err(|e| err(m, e))? {

@@ -19,7 +19,6 @@
 
 use crate::dim::{shape_str, Shape};
 use crate::ir::{self, BinaryOp, DType, Graph, Node, NodeId, Op, UnaryOp};
-use std::collections::HashMap;
 use std::fmt;
 
 /// A node the builder could not add, or a graph it could not finish.
@@ -59,7 +58,7 @@ pub struct GraphBuilder {
     outputs: Vec<NodeId>,
     dyn_dims: Vec<String>,
     static_dims: Vec<(String, i64)>,
-    consts: HashMap<(u64, DType), NodeId>,
+    consts: ConstPool,
     line: u32,
 }
 
@@ -72,7 +71,7 @@ impl GraphBuilder {
             outputs: Vec::new(),
             dyn_dims: Vec::new(),
             static_dims: Vec::new(),
-            consts: HashMap::new(),
+            consts: ConstPool::default(),
             line: 0,
         }
     }
@@ -127,11 +126,11 @@ impl GraphBuilder {
 
     /// A scalar constant (shape `[]`, broadcast by its users); equal constants are one node.
     pub fn constant(&mut self, value: f64, dtype: DType) -> NodeId {
-        if let Some(id) = self.consts.get(&(value.to_bits(), dtype)) {
-            return *id;
+        if let Some(id) = self.consts.get(value, dtype) {
+            return id;
         }
         let id = self.push(Op::Const { value }, vec![], dtype, vec![], &format!("{value:?}"));
-        self.consts.insert((value.to_bits(), dtype), id);
+        self.consts.insert(value, dtype, id);
         id
     }
 
@@ -295,5 +294,20 @@ mod tests {
         let e = b.unary(UnaryOp::Exp, NodeId(99), "u").unwrap_err();
         assert!(e.msg.contains("%99"), "{e}");
         assert!(GraphBuilder::new("empty").finish().unwrap_err().msg.contains("no output"));
+    }
+}
+
+/// Scalar constants by value (bit pattern) and dtype: how every producer of graphs (the DSL
+/// front end, this builder, canonicalisation) makes equal constants one node.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ConstPool(std::collections::HashMap<(u64, DType), NodeId>);
+
+impl ConstPool {
+    /// The node of an equal constant made before, if any.
+    pub(crate) fn get(&self, value: f64, dtype: DType) -> Option<NodeId> {
+        self.0.get(&(value.to_bits(), dtype)).copied()
+    }
+    pub(crate) fn insert(&mut self, value: f64, dtype: DType, id: NodeId) {
+        self.0.insert((value.to_bits(), dtype), id);
     }
 }

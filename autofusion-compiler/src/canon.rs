@@ -2,6 +2,7 @@
 //! statistics + apply, softmax, linear, attention, rope), reductions moved to the last axis,
 //! copies where a reshape cannot be a view, materialised outputs, dead-code removal.
 
+use crate::builder::ConstPool;
 use crate::dim::DimExpr;
 use crate::ir::{self, BinaryOp, DType, Graph, Node, NodeId, Op, ReduceKind, UnaryOp};
 use std::collections::HashMap;
@@ -10,7 +11,7 @@ struct B {
     nodes: Vec<Node>,
     name: String,
     line: u32,
-    consts: HashMap<(u64, DType), NodeId>,
+    consts: ConstPool,
 }
 
 impl B {
@@ -33,8 +34,8 @@ impl B {
         NodeId(self.nodes.len() as u32 - 1)
     }
     fn konst(&mut self, v: f64, d: DType) -> NodeId {
-        if let Some(id) = self.consts.get(&(v.to_bits(), d)) {
-            return *id;
+        if let Some(id) = self.consts.get(v, d) {
+            return id;
         }
         self.nodes.push(Node {
             op: Op::Const { value: v },
@@ -45,7 +46,7 @@ impl B {
             line: 0,
         });
         let id = NodeId(self.nodes.len() as u32 - 1);
-        self.consts.insert((v.to_bits(), d), id);
+        self.consts.insert(v, d, id);
         id
     }
     fn bin(&mut self, op: BinaryOp, a: NodeId, b: NodeId, part: &str) -> NodeId {
@@ -138,7 +139,7 @@ fn checked(pass: &str, g: Graph) -> Graph {
 
 pub fn canonicalize(g: &Graph) -> Graph {
     let g = checked("cse", cse(g));
-    let mut b = B { nodes: Vec::new(), name: String::new(), line: 0, consts: HashMap::new() };
+    let mut b = B { nodes: Vec::new(), name: String::new(), line: 0, consts: ConstPool::default() };
     let mut map: Vec<NodeId> = Vec::with_capacity(g.nodes.len());
     for n in &g.nodes {
         b.name = n.name.clone();

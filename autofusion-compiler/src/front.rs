@@ -1,13 +1,14 @@
 //! The DSL front end: attribute options and the function body, lowered to IR with shape and
 //! dtype inference. Every error of the phase is collected and spanned on the offending tokens.
 
+use crate::builder::ConstPool;
 use crate::diag::{Diag, Diags};
 use crate::dim::{shape_str, DimExpr, Shape};
 use crate::ir::{self, BinaryOp, DType, Graph, Node, NodeId, Op, ReduceKind, UnaryOp};
 use crate::plan::{Rule, RuleSet};
 pub use crate::unit::{Lowered, Options, Signature};
 use proc_macro2::{Span, TokenStream};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{Expr, Pat, Stmt};
@@ -121,7 +122,7 @@ struct Lower<'a> {
     env: HashMap<String, Val>,
     diags: Diags,
     dyn_dims: Vec<String>,
-    consts: BTreeMap<u64, NodeId>,
+    consts: ConstPool,
     cur_name: String,
 }
 
@@ -307,13 +308,12 @@ impl<'a> Lower<'a> {
     }
 
     fn const_node(&mut self, v: f64, dtype: DType, span: Span) -> NodeId {
-        let key = v.to_bits() ^ ((dtype as u64) << 60);
-        if let Some(id) = self.consts.get(&key) {
-            return *id;
+        if let Some(id) = self.consts.get(v, dtype) {
+            return id;
         }
         let id = self.push(Op::Const { value: v }, vec![], dtype, vec![], span);
         self.nodes[id.idx()].name = format!("{v:?}");
-        self.consts.insert(key, id);
+        self.consts.insert(v, dtype, id);
         id
     }
 
@@ -1159,7 +1159,7 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         env: HashMap::new(),
         diags: Diags::default(),
         dyn_dims: Vec::new(),
-        consts: BTreeMap::new(),
+        consts: ConstPool::default(),
         cur_name: String::new(),
     };
     lw.check_header(&f.sig);

@@ -30,7 +30,7 @@ pub mod testing;
 mod unit;
 
 pub use autofusion_ir::meta::{ModuleMeta, Variant};
-pub use autofusion_ir::{abi, dim, ir, json, meta};
+pub use autofusion_ir::{abi, dim, hash, ir, json, meta};
 pub use builder::{BuildError, GraphBuilder};
 pub use unit::{fingerprint, symbol, Built, Lowered, Options, Signature, Unit};
 

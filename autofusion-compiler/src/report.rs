@@ -128,19 +128,7 @@ pub fn report_md(g: &Graph, plan: &Plan, summary: &[String]) -> String {
             plan.hints.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
         }
     );
-    let not_yet: Vec<&str> = crate::plan::Rule::ALL
-        .iter()
-        .filter(|r| !r.implemented() && plan.rules.iter().any(|n| n == r.name()))
-        .map(|r| r.name())
-        .collect();
     let _ = writeln!(s, "Target `{}`: {}.\n", plan.target.name, plan.target.sources.join("; "));
-    if !not_yet.is_empty() && plan.opt_level >= 3 {
-        let _ = writeln!(
-            s,
-            "Rules enabled but not implemented in this planner version (no groups formed): {}.\n",
-            not_yet.join(", ")
-        );
-    }
     let _ = writeln!(s, "## Kernels\n\n| kernel | kind | rules | ops | writes | model us | tiling | on chip B |\n|---|---|---|---|---|---|---|---|");
     for (k, gr) in plan.groups.iter().enumerate() {
         let (t, tiling, onchip) = match &gr.cost {

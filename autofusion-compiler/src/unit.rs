@@ -83,20 +83,7 @@ pub struct Built {
     pub source: codegen::Source,
 }
 
-/// 64-bit FNV-1a of `s` as 16 hex digits: a stable content key (the same in every process and
-/// toolchain, unlike `std`'s hasher) for graph hashes and the build's object cache.
-pub fn fingerprint(s: &str) -> String {
-    format!("{:016x}", fnv1a(s))
-}
-
-fn fnv1a(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
-}
+pub use autofusion_ir::hash::fingerprint;
 
 impl Unit {
     /// A unit from a graph built by any producer (`GraphBuilder`, an importer). The graph is

@@ -209,28 +209,113 @@ pub enum Op {
     Rope,
 }
 
+/// What an op is, without its attributes: the one table of op names (in dumps, reports, the
+/// metadata JSON's `kind` tag and the front end's messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    Param,
+    Const,
+    Unary,
+    Binary,
+    Cast,
+    Reduce,
+    MatMul,
+    Reshape,
+    Transpose,
+    Slice,
+    Concat,
+    Copy,
+    CausalMask,
+    LayerNorm,
+    RmsNorm,
+    Softmax,
+    Linear,
+    Attention,
+    Rope,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 19] = [
+        OpKind::Param,
+        OpKind::Const,
+        OpKind::Unary,
+        OpKind::Binary,
+        OpKind::Cast,
+        OpKind::Reduce,
+        OpKind::MatMul,
+        OpKind::Reshape,
+        OpKind::Transpose,
+        OpKind::Slice,
+        OpKind::Concat,
+        OpKind::Copy,
+        OpKind::CausalMask,
+        OpKind::LayerNorm,
+        OpKind::RmsNorm,
+        OpKind::Softmax,
+        OpKind::Linear,
+        OpKind::Attention,
+        OpKind::Rope,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Param => "param",
+            OpKind::Const => "const",
+            OpKind::Unary => "unary",
+            OpKind::Binary => "binary",
+            OpKind::Cast => "cast",
+            OpKind::Reduce => "reduce",
+            OpKind::MatMul => "matmul",
+            OpKind::Reshape => "reshape",
+            OpKind::Transpose => "transpose",
+            OpKind::Slice => "slice",
+            OpKind::Concat => "concat",
+            OpKind::Copy => "copy",
+            OpKind::CausalMask => "causal_mask",
+            OpKind::LayerNorm => "layer_norm",
+            OpKind::RmsNorm => "rms_norm",
+            OpKind::Softmax => "softmax",
+            OpKind::Linear => "linear",
+            OpKind::Attention => "attention",
+            OpKind::Rope => "rope",
+        }
+    }
+    pub fn parse(s: &str) -> Option<OpKind> {
+        OpKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
 impl Op {
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Op::Param { .. } => OpKind::Param,
+            Op::Const { .. } => OpKind::Const,
+            Op::Unary(_) => OpKind::Unary,
+            Op::Binary(_) => OpKind::Binary,
+            Op::Cast => OpKind::Cast,
+            Op::Reduce { .. } => OpKind::Reduce,
+            Op::MatMul => OpKind::MatMul,
+            Op::Reshape => OpKind::Reshape,
+            Op::Transpose { .. } => OpKind::Transpose,
+            Op::Slice { .. } => OpKind::Slice,
+            Op::Concat { .. } => OpKind::Concat,
+            Op::Copy => OpKind::Copy,
+            Op::CausalMask => OpKind::CausalMask,
+            Op::LayerNorm { .. } => OpKind::LayerNorm,
+            Op::RmsNorm { .. } => OpKind::RmsNorm,
+            Op::Softmax { .. } => OpKind::Softmax,
+            Op::Linear => OpKind::Linear,
+            Op::Attention { .. } => OpKind::Attention,
+            Op::Rope => OpKind::Rope,
+        }
+    }
+    /// The op's name: its kind's, but for elementwise functions and reductions, which are named
+    /// by their function (`exp`, `add`, `reduce_max`).
     pub fn name(&self) -> String {
         match self {
-            Op::Param { .. } => "param".into(),
-            Op::Const { .. } => "const".into(),
             Op::Unary(u) => u.name().into(),
             Op::Binary(b) => b.name().into(),
-            Op::Cast => "cast".into(),
             Op::Reduce { kind, .. } => format!("reduce_{}", kind.name()),
-            Op::MatMul => "matmul".into(),
-            Op::Reshape => "reshape".into(),
-            Op::Transpose { .. } => "transpose".into(),
-            Op::Slice { .. } => "slice".into(),
-            Op::Concat { .. } => "concat".into(),
-            Op::Copy => "copy".into(),
-            Op::CausalMask => "causal_mask".into(),
-            Op::LayerNorm { .. } => "layer_norm".into(),
-            Op::RmsNorm { .. } => "rms_norm".into(),
-            Op::Softmax { .. } => "softmax".into(),
-            Op::Linear => "linear".into(),
-            Op::Attention { .. } => "attention".into(),
-            Op::Rope => "rope".into(),
+            op => op.kind().name().into(),
         }
     }
     pub fn is_sugar(&self) -> bool {

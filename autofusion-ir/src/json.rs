@@ -8,7 +8,7 @@
 
 use crate::abi::{KernelMeta, PackMeta, Work};
 use crate::dim::{DimExpr, Monomial, Ratio};
-use crate::ir::{BinaryOp, DType, Graph, Node, NodeId, Op, ReduceKind, UnaryOp};
+use crate::ir::{BinaryOp, DType, Graph, Node, NodeId, Op, OpKind, ReduceKind, UnaryOp};
 use crate::meta::{AscendKernel, AscendMeta, ModuleMeta};
 use serde_json::{json, Map, Value};
 
@@ -229,63 +229,70 @@ impl Json for DimExpr {
 
 impl Json for Op {
     fn to_json(&self) -> Value {
-        let kind = |k: &str| json!({ "kind": k });
+        let mut m = Map::new();
+        m.insert("kind".into(), json!(self.kind().name()));
+        let mut put = |k: &str, v: Value| m.insert(k.into(), v);
         match self {
-            Op::Param { index } => json!({ "kind": "param", "index": index }),
-            Op::Const { value } => json!({ "kind": "const", "value": value.to_json() }),
-            Op::Unary(u) => json!({ "kind": "unary", "fn": u.to_json() }),
-            Op::Binary(b) => json!({ "kind": "binary", "fn": b.to_json() }),
+            Op::Param { index } => put("index", json!(index)),
+            Op::Const { value } => put("value", value.to_json()),
+            Op::Unary(u) => put("fn", u.to_json()),
+            Op::Binary(b) => put("fn", b.to_json()),
             Op::Reduce { kind: r, axis } => {
-                json!({ "kind": "reduce", "fn": r.to_json(), "axis": axis })
+                put("fn", r.to_json());
+                put("axis", json!(axis))
             }
-            Op::Transpose { perm } => json!({ "kind": "transpose", "perm": perm }),
-            Op::Slice { axis, start, end } => json!({
-                "kind": "slice", "axis": axis, "start": start.to_json(), "end": end.to_json()
-            }),
-            Op::Concat { axis } => json!({ "kind": "concat", "axis": axis }),
-            Op::Softmax { axis } => json!({ "kind": "softmax", "axis": axis }),
-            Op::LayerNorm { eps } => json!({ "kind": "layer_norm", "eps": eps.to_json() }),
-            Op::RmsNorm { eps } => json!({ "kind": "rms_norm", "eps": eps.to_json() }),
-            Op::Attention { scale, causal, mask } => json!({
-                "kind": "attention", "scale": scale.to_json(), "causal": causal, "mask": mask
-            }),
-            Op::Cast => kind("cast"),
-            Op::MatMul => kind("matmul"),
-            Op::Reshape => kind("reshape"),
-            Op::Copy => kind("copy"),
-            Op::CausalMask => kind("causal_mask"),
-            Op::Linear => kind("linear"),
-            Op::Rope => kind("rope"),
-        }
+            Op::Transpose { perm } => put("perm", json!(perm)),
+            Op::Slice { axis, start, end } => {
+                put("axis", json!(axis));
+                put("start", start.to_json());
+                put("end", end.to_json())
+            }
+            Op::Concat { axis } | Op::Softmax { axis } => put("axis", json!(axis)),
+            Op::LayerNorm { eps } | Op::RmsNorm { eps } => put("eps", eps.to_json()),
+            Op::Attention { scale, causal, mask } => {
+                put("scale", scale.to_json());
+                put("causal", json!(causal));
+                put("mask", json!(mask))
+            }
+            Op::Cast
+            | Op::MatMul
+            | Op::Reshape
+            | Op::Copy
+            | Op::CausalMask
+            | Op::Linear
+            | Op::Rope => None,
+        };
+        Value::Object(m)
     }
     fn from_json(v: &Value) -> Result<Self, String> {
-        Ok(match tag(v)? {
-            "param" => Op::Param { index: get(v, "index")? },
-            "const" => Op::Const { value: get(v, "value")? },
-            "unary" => Op::Unary(get(v, "fn")?),
-            "binary" => Op::Binary(get(v, "fn")?),
-            "reduce" => Op::Reduce { kind: get(v, "fn")?, axis: get(v, "axis")? },
-            "transpose" => Op::Transpose { perm: get(v, "perm")? },
-            "slice" => {
+        let tag = tag(v)?;
+        let kind = OpKind::parse(tag).ok_or_else(|| format!("unknown op `{tag}`"))?;
+        Ok(match kind {
+            OpKind::Param => Op::Param { index: get(v, "index")? },
+            OpKind::Const => Op::Const { value: get(v, "value")? },
+            OpKind::Unary => Op::Unary(get(v, "fn")?),
+            OpKind::Binary => Op::Binary(get(v, "fn")?),
+            OpKind::Reduce => Op::Reduce { kind: get(v, "fn")?, axis: get(v, "axis")? },
+            OpKind::Transpose => Op::Transpose { perm: get(v, "perm")? },
+            OpKind::Slice => {
                 Op::Slice { axis: get(v, "axis")?, start: get(v, "start")?, end: get(v, "end")? }
             }
-            "concat" => Op::Concat { axis: get(v, "axis")? },
-            "softmax" => Op::Softmax { axis: get(v, "axis")? },
-            "layer_norm" => Op::LayerNorm { eps: get(v, "eps")? },
-            "rms_norm" => Op::RmsNorm { eps: get(v, "eps")? },
-            "attention" => Op::Attention {
+            OpKind::Concat => Op::Concat { axis: get(v, "axis")? },
+            OpKind::Softmax => Op::Softmax { axis: get(v, "axis")? },
+            OpKind::LayerNorm => Op::LayerNorm { eps: get(v, "eps")? },
+            OpKind::RmsNorm => Op::RmsNorm { eps: get(v, "eps")? },
+            OpKind::Attention => Op::Attention {
                 scale: get(v, "scale")?,
                 causal: get(v, "causal")?,
                 mask: get(v, "mask")?,
             },
-            "cast" => Op::Cast,
-            "matmul" => Op::MatMul,
-            "reshape" => Op::Reshape,
-            "copy" => Op::Copy,
-            "causal_mask" => Op::CausalMask,
-            "linear" => Op::Linear,
-            "rope" => Op::Rope,
-            other => return Err(format!("unknown op `{other}`")),
+            OpKind::Cast => Op::Cast,
+            OpKind::MatMul => Op::MatMul,
+            OpKind::Reshape => Op::Reshape,
+            OpKind::Copy => Op::Copy,
+            OpKind::CausalMask => Op::CausalMask,
+            OpKind::Linear => Op::Linear,
+            OpKind::Rope => Op::Rope,
         })
     }
 }

@@ -30,12 +30,8 @@ pub struct WeightRef {
     pub inline: Option<&'static [u8]>,
 }
 
-/// FNV-1a, 64-bit: what the build records of each weight's bytes.
-pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3))
-}
+/// What the build records of each weight's bytes (FNV-1a, 64-bit).
+pub use autofusion_ir::hash::fnv1a;
 
 fn fail(file: &Path, weight: &str, msg: String) -> Error {
     Error::Weights { file: file.display().to_string(), weight: weight.to_string(), msg }

@@ -94,11 +94,6 @@ impl Rule {
         }
         (s, level)
     }
-    /// Rules this version of the planner forms groups for. The others are accepted by name (so
-    /// option lists stay valid) and reported as not implemented yet.
-    pub fn implemented(self) -> bool {
-        true
-    }
 }
 
 /// A set of rules. `all` holds every rule that is on by default (`qkv_horizontal` is opt-in).
