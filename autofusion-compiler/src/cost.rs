@@ -544,7 +544,7 @@ impl Packing {
             );
         let a_direct = host
             && traffic.pro.is_empty()
-            && g.node(an.inputs[0]).dtype == crate::ir::DType::F32
+            && g.node(an.inputs[0]).dtype.is_compute()
             && crate::layout::resolve(g, an.inputs[0]).strides.last().and_then(|s| s.as_const())
                 == Some(1);
         let b_copy_bytes = (g.node(b_in).dtype.size() + 4) as f64;
@@ -798,7 +798,7 @@ fn flash_cost(k: &Kernel) -> Result<KernelCost, String> {
                 let copy = |v: NodeId, elems: f64| {
                     elems * (g.node(v).dtype.size() + 4) as f64 / cx.llc_bw()
                 };
-                let q_us = if g.node(q).dtype == crate::ir::DType::F32 && contiguous(q) {
+                let q_us = if g.node(q).dtype.is_compute() && contiguous(q) {
                     0.0
                 } else {
                     cx.pack_us(batch * sq * d)

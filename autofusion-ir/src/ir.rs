@@ -3,7 +3,15 @@
 use crate::dim::{shape_str, DimExpr, Shape};
 use std::fmt;
 
-/// Element types of tensors.
+/// The storage type of a value: what its elements are in memory (graph inputs and outputs,
+/// intermediates between kernels, weights). What kernels compute a value in is its
+/// `ComputeType` (`DType::compute`): a 16-bit value is loaded, widened, computed on in f32 and
+/// rounded back where the reference rounds it.
+///
+/// Every match on a `DType` is exhaustive (no default arm that picks a size, a C type or an
+/// Ascend type), so a new storage type is found everywhere it needs a decision by the compiler.
+/// A format that only some kernels read (a quantised weight block, say) is not a `DType`: it is
+/// a property of the operand of the kernel that reads it, so no elementwise kernel can meet it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
@@ -11,13 +19,45 @@ pub enum DType {
     BF16,
 }
 
+/// What kernels compute a value in: the type of registers and accumulators.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ComputeType {
+    F32,
+}
+
+impl ComputeType {
+    pub fn name(self) -> &'static str {
+        match self {
+            ComputeType::F32 => "f32",
+        }
+    }
+    /// The storage type that holds a computed value unchanged (a kernel's f32 scratch).
+    pub fn storage(self) -> DType {
+        match self {
+            ComputeType::F32 => DType::F32,
+        }
+    }
+}
+
 impl DType {
     pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+    /// Bytes per element in memory.
     pub fn size(self) -> usize {
         match self {
             DType::F32 => 4,
             DType::F16 | DType::BF16 => 2,
         }
+    }
+    /// What kernels compute values of this storage type in.
+    pub fn compute(self) -> ComputeType {
+        match self {
+            DType::F32 | DType::F16 | DType::BF16 => ComputeType::F32,
+        }
+    }
+    /// Whether values are stored as they are computed: read and written without a conversion
+    /// (and so addressable in place by kernels that read their operands directly).
+    pub fn is_compute(self) -> bool {
+        self == self.compute().storage()
     }
     pub fn name(self) -> &'static str {
         match self {

@@ -11,5 +11,5 @@ pub mod json;
 pub mod meta;
 pub mod ops;
 
-pub use ir::DType;
+pub use ir::{ComputeType, DType};
 pub use meta::{AscendKernel, AscendMeta, ModuleMeta, Variant};

@@ -179,13 +179,6 @@ fn ascend_type(d: DType) -> &'static str {
     }
 }
 
-fn dsize(d: DType) -> u32 {
-    match d {
-        DType::F32 => 4,
-        _ => 2,
-    }
-}
-
 /// The files' common part: includes, the tiling struct (mirrored in Rust, offsets asserted
 /// there), and small helpers.
 fn prelude(c: &mut Code) {
@@ -246,7 +239,7 @@ impl Ub {
     /// UB bytes per column: queues double-buffered, slots, three temporaries, a half temp,
     /// and the reduction scratch (2 floats per 64 columns, rounded up to one byte).
     fn per_col(&self) -> u32 {
-        self.queues.iter().map(|q| 2 * dsize(q.1)).sum::<u32>()
+        self.queues.iter().map(|q| 2 * q.1.size() as u32).sum::<u32>()
             + 4 * (self.slots as u32 + 3)
             + 2
             + 1
@@ -551,7 +544,7 @@ impl Job<'_> {
     fn scalar_sources(&self, out: &mut Code) {
         for (id, s) in &self.srcs {
             if let Src::Scalar { gm, off, d } = s {
-                let v = if *d == DType::F32 {
+                let v = if d.is_compute() {
                     format!("{gm}.GetValue({off})")
                 } else {
                     format!("static_cast<float>({gm}.GetValue({off}))")
@@ -665,7 +658,7 @@ impl Job<'_> {
                 }
                 Src::Gather { gm, off, col0, stride, d } => {
                     let sl = ub.slot();
-                    let cv = if *d == DType::F32 {
+                    let cv = if d.is_compute() {
                         format!("{gm}.GetValue({off} + ({col0} + c0 + j) * ({stride}))")
                     } else {
                         format!("static_cast<float>({gm}.GetValue({off} + ({col0} + c0 + j) * ({stride})))")
@@ -684,7 +677,7 @@ impl Job<'_> {
         for (id, q, x, d) in &chunk.dequeued {
             let ty = ascend_type(*d);
             let _ = writeln!(out, "AscendC::LocalTensor<{ty}> {x} = {q}.DeQue<{ty}>();");
-            if *d == DType::F32 {
+            if d.is_compute() {
                 chunk.slots.insert(*id, x.clone());
             } else {
                 let sl = ub.slot();
@@ -792,7 +785,7 @@ impl Job<'_> {
             let v = materialise(out, &self.value_of(*id, slots), "ta", "cn");
             out.block_noted("", &format!("CopyOut {}", self.g.node(*id).name), |c| {
                 let _ = writeln!(c, "AscendC::LocalTensor<{ty}> y = {q}.AllocTensor<{ty}>();");
-                if d == DType::F32 {
+                if d.is_compute() {
                     let _ = writeln!(c, "AscendC::Adds(y, {v}, 0.0f, cn);");
                 } else {
                     let _ = writeln!(
@@ -814,10 +807,7 @@ impl Job<'_> {
             }
             let v = self.row_value(*id);
             let ty = ascend_type(*d);
-            let conv = match d {
-                DType::F32 => v,
-                _ => format!("static_cast<{ty}>({v})"),
-            };
+            let conv = if d.is_compute() { v } else { format!("static_cast<{ty}>({v})") };
             let _ = writeln!(out, "{gm}.SetValue({off}, {conv}); /* {} */", self.g.node(*id).name);
             let _ = writeln!(out, "AscendC::DataCacheCleanAndInvalid<{ty}, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>({gm}[{off}]);");
         }
@@ -1676,7 +1666,7 @@ fn flash_ub(
         fq: k.ub.queue("fq".into(), DType::F32, true),
         fo: k.ub.queue("fo".into(), DType::F32, false),
         ex: k.ub.slot(),
-        fp: (pv_t != DType::F32).then(|| k.ub.queue("fp".into(), pv_t, false)),
+        fp: (!pv_t.is_compute()).then(|| k.ub.queue("fp".into(), pv_t, false)),
         oq: k.ub.queue("fy".into(), out_d, false),
         out_d,
         ob: k.gm(k.em.buf[&rs.buf]),
@@ -1855,7 +1845,7 @@ fn flash_store(c: &mut Code, ub: &FlashUb) {
         c.line("const float l = lr.GetValue((uint32_t)i), inv = l > 0.0f ? 1.0f / l : 0.0f;");
         let mut fin_body = Code::at_depth(2);
         let _ = writeln!(fin_body, "AscendC::LocalTensor<{oty}> y = {oq}.AllocTensor<{oty}>();");
-        if ub.out_d == DType::F32 {
+        if ub.out_d.is_compute() {
             fin_body.line("AscendC::Muls(y, x, inv, cn);");
         } else {
             let _ = writeln!(fin_body, "AscendC::Muls({ex}, x, inv, cn);");
@@ -1886,7 +1876,7 @@ fn copy_row(ub: &mut Ub, job: &Job, v: NodeId, out: &mut Code) {
                 Src::Scalar { .. } => "0".to_string(),
                 Src::Gather { stride, .. } => stride.clone(),
             };
-            let cv = if *d == DType::F32 {
+            let cv = if d.is_compute() {
                 format!("{gm}.GetValue({off} + (c0 + j) * ({stride}))")
             } else {
                 format!("static_cast<float>({gm}.GetValue({off} + (c0 + j) * ({stride})))")
@@ -1896,7 +1886,7 @@ fn copy_row(ub: &mut Ub, job: &Job, v: NodeId, out: &mut Code) {
     }
     let dst = format!("{gm_out}[{off_out} + c0]");
     match job.outs[0].3 {
-        DType::F32 => enque_store(out, &q, "x", "float", &dst),
+        d if d.is_compute() => enque_store(out, &q, "x", "float", &dst),
         d => {
             // A 16-bit staged copy (a view of a half / bfloat16_t operand the DMA cannot walk).
             let ty = ascend_type(d);

@@ -637,7 +637,7 @@ fn matmul_part(em: &mut Emitter, anchor: NodeId, members: &BTreeSet<NodeId>) -> 
     access_operands(em, &mut spo, epilogue.iter().copied(), members);
     // A of f32 with contiguous rows and no prologue is read in place by the micro-kernel.
     let a_direct =
-        prologue.is_empty() && g.node(a_in).dtype == DType::F32 && !em.strided_cols(&spa, a_in);
+        prologue.is_empty() && g.node(a_in).dtype.is_compute() && !em.strided_cols(&spa, a_in);
     MatmulPart {
         anchor,
         a_in,
@@ -741,7 +741,6 @@ fn k_blocks(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>, c: &mut C
             let call = |uk: &str, b: &str| format!("isa.{uk}(klen, {asrc}, {b}, Cc + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);");
             match mp.packed {
                 None => nested_loops(c, &[tiles], &call("uk", "Bs")),
-                Some((_, DType::F32)) => nested_loops(c, &[tiles], &call("uk", "bsl")),
                 Some((_, dt)) => widen_or_direct(dt, tiles, &call, c),
             }
         });
@@ -753,8 +752,10 @@ fn k_blocks(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>, c: &mut C
 /// widen B as it loads it, reading half the bytes.
 fn widen_or_direct(dt: DType, tiles: &str, call: &dyn Fn(&str, &str) -> String, c: &mut Code) {
     let (uk16, widen) = match dt {
+        // Packed as the kernel reads it: nothing to widen.
+        DType::F32 => return nested_loops(c, &[tiles], &call("uk", "bsl")),
         DType::F16 => ("uk_f16", "widen_f16"),
-        _ => ("uk_bf16", "widen_bf16"),
+        DType::BF16 => ("uk_bf16", "widen_bf16"),
     };
     let note = "widen the sliver once for the row tiles that share it";
     c.if_else(
@@ -886,7 +887,7 @@ fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
     pe.access(&mut sp, b_in);
     let b = em.buf[&param];
     let dtype = g.node(param).dtype;
-    let (t, bits) = (ctype(dtype), dtype != DType::F32);
+    let (t, bits) = (ctype(dtype), !dtype.is_compute());
     let mut head = Code::at_depth(1);
     head.line("(void)dims; (void)scratch;");
     head.line(format!(
@@ -1136,7 +1137,7 @@ fn query_block(em: &Emitter, fl: &Flash, c: &mut Code) -> bool {
         c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;");
     };
     // Q of f32 with contiguous rows is read in place by the micro-kernel, else packed.
-    let q_direct = em.g.node(fl.q).dtype == DType::F32 && !em.strided_cols(&fl.spq, fl.q);
+    let q_direct = em.g.node(fl.q).dtype.is_compute() && !em.strided_cols(&fl.spq, fl.q);
     if q_direct {
         let a = fl.spq.accesses[&fl.q];
         c.line("/* the query block, read in place (f32, contiguous rows) */");
