@@ -21,6 +21,7 @@ pub mod cost;
 pub mod diag;
 pub mod front;
 pub mod group;
+mod kernels;
 pub mod layout;
 pub mod plan;
 pub mod report;

@@ -1,0 +1,213 @@
+//! How host C spells values: loads and stores of each storage type, elementwise expressions
+//! from the op table, a member's value at a column, nested loops, a C function. Every kernel
+//! kind's host emission writes through these.
+
+use crate::codegen::emit::{c_float, Code, Emitter, Space};
+use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, UnaryOp};
+use crate::layout::resolve;
+use autofusion_ir::ops::fill;
+use std::collections::BTreeSet;
+
+pub(crate) fn unary_c(u: UnaryOp, x: &str) -> String {
+    fill(u.spec().c, &[("x", x)])
+}
+
+pub(crate) fn binary_c(b: BinaryOp, x: &str, y: &str) -> String {
+    fill(b.spec().c, &[("x", x), ("y", y)])
+}
+
+pub(crate) fn load(d: DType, ptr: &str, idx: &str) -> String {
+    match d {
+        DType::F32 => format!("{ptr}[{idx}]"),
+        DType::F16 => format!("af_h2f({ptr}[{idx}])"),
+        DType::BF16 => format!("af_bf2f({ptr}[{idx}])"),
+    }
+}
+
+pub(crate) fn store(d: DType, ptr: &str, idx: &str, v: &str) -> String {
+    match d {
+        DType::F32 => format!("{ptr}[{idx}] = {v};"),
+        DType::F16 => format!("{ptr}[{idx}] = af_f2h({v});"),
+        DType::BF16 => format!("{ptr}[{idx}] = af_f2bf({v});"),
+    }
+}
+
+pub(crate) fn ctype(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F16 | DType::BF16 => "uint16_t",
+    }
+}
+
+impl Emitter<'_> {
+    /// `read` at row `r0 + inner` of the space, where the row prologue was emitted for row
+    /// `r0` and `inner` only moves the second-to-last index (the row within one matrix).
+    pub(crate) fn read_inner(&self, sp: &Space, v: NodeId, inner: &str, col: &str) -> String {
+        self.move_row(sp, v, inner, self.read(sp, v, col))
+    }
+    /// `read_inner` of a 16-bit value as its bits.
+    pub(crate) fn read_inner_bits(&self, sp: &Space, v: NodeId, inner: &str, col: &str) -> String {
+        self.move_row(sp, v, inner, self.read_bits(sp, v, col))
+    }
+    /// A read of `v` at row `r0`, moved to row `r0 + inner`.
+    pub(crate) fn move_row(&self, sp: &Space, v: NodeId, inner: &str, read: String) -> String {
+        let a = sp.accesses[&v];
+        let rank = sp.shape.len();
+        read.replace(
+            &format!("ac{a}_row"),
+            &format!("(ac{a}_row + ({inner}) * ac{a}_s{})", rank - 2),
+        )
+    }
+    /// Whether reading `v` along a row is not unit-stride (a transposed view): packing then
+    /// walks the columns in the outer loop so the reads run along memory.
+    pub(crate) fn strided_cols(&self, sp: &Space, v: NodeId) -> bool {
+        self.col_stride.get(&sp.accesses[&v]) != Some(&1)
+    }
+    pub(crate) fn read(&self, sp: &Space, v: NodeId, col: &str) -> String {
+        self.read_as(sp, v, col, self.g.node(v).dtype)
+    }
+    /// `read` of a 16-bit value as its bits (`uint16_t`), not widened.
+    pub(crate) fn read_bits(&self, sp: &Space, v: NodeId, col: &str) -> String {
+        self.read_as(sp, v, col, DType::F32)
+    }
+    /// `read` with the value loaded as `d` (F32: the element as stored).
+    pub(crate) fn read_as(&self, sp: &Space, v: NodeId, col: &str, d: DType) -> String {
+        let a = sp.accesses[&v];
+        let rank = sp.shape.len();
+        let b = self.buf[&resolve(self.g, v).base];
+        let idx = match self.col_stride.get(&a) {
+            Some(0) => format!("ac{a}_row"),
+            Some(1) => format!("ac{a}_row + ({col})"),
+            Some(k) => format!("ac{a}_row + ({col}) * {k}"),
+            None => format!("ac{a}_row + ({col}) * ac{a}_s{}", rank - 1),
+        };
+        load(d, &format!("in{b}"), &idx)
+    }
+}
+
+/// How an operand of a member is obtained inside a kernel.
+pub(crate) fn operand(
+    em: &Emitter,
+    sp: &Space,
+    members: &BTreeSet<NodeId>,
+    local: &dyn Fn(NodeId) -> Option<String>,
+    i: NodeId,
+    col: &str,
+) -> String {
+    let n = em.g.node(i);
+    if let Op::Const { value } = n.op {
+        return c_float(value);
+    }
+    if members.contains(&i) {
+        return local(i).expect("member computed before use");
+    }
+    em.read(sp, i, col)
+}
+
+/// The C expression of an elementwise member given its operand expressions.
+/// Values of f16/bf16 type are rounded where they are computed, as the reference does, so a
+/// later `cast` to f32 sees the same value; arithmetic itself is f32.
+pub(crate) fn round_to(d: DType, e: String) -> String {
+    match d {
+        DType::F32 => e,
+        DType::F16 => format!("af_round_f16({e})"),
+        DType::BF16 => format!("af_round_bf16({e})"),
+    }
+}
+
+pub(crate) fn member_expr(g: &Graph, sp: &Space, id: NodeId, ops: &[String], col: &str) -> String {
+    round_to(g.node(id).dtype, member_expr_raw(g, sp, id, ops, col))
+}
+
+pub(crate) fn member_expr_raw(
+    g: &Graph,
+    sp: &Space,
+    id: NodeId,
+    ops: &[String],
+    col: &str,
+) -> String {
+    let n = g.node(id);
+    match &n.op {
+        Op::Unary(u) => unary_c(*u, &ops[0]),
+        Op::Binary(b) => binary_c(*b, &ops[0], &ops[1]),
+        Op::Copy => ops[0].clone(),
+        Op::Cast => ops[0].clone(),
+        Op::CausalMask => {
+            let r = sp.shape.len();
+            let row = if r >= 2 { format!("{}_i{}", sp.tag, r - 2) } else { "0".into() };
+            // Aligned to the bottom-right corner: query i sees keys j <= i + (cols - rows).
+            let s = &n.shape;
+            let shift = s[s.len() - 1].sub(&s[s.len() - 2]);
+            let shift = shift.to_c(&|x| g.dim_index(x));
+            format!("(({col}) > {row} + {shift} ? (-INFINITY) : {})", ops[0])
+        }
+        op => unreachable!("{} is not elementwise", op.name()),
+    }
+}
+
+/// `const float v = ...;` computing member `m` at column `col` of `sp`, its member operands
+/// taken from `local`.
+pub(crate) fn member_def(
+    em: &Emitter,
+    sp: &Space,
+    members: &BTreeSet<NodeId>,
+    local: &dyn Fn(NodeId) -> Option<String>,
+    m: NodeId,
+    col: &str,
+) -> String {
+    let n = em.g.node(m);
+    let ops: Vec<String> =
+        n.inputs.iter().map(|i| operand(em, sp, members, local, *i, col)).collect();
+    format!("const float {} = {}; /* {} */", em.var(m), member_expr(em.g, sp, m, &ops, col), n.name)
+}
+
+/// The store of member `m` (an output of its kernel) at element `idx` of its output buffer.
+pub(crate) fn store_out(em: &Emitter, m: NodeId, idx: &str) -> String {
+    store(em.g.node(m).dtype, &format!("out{}", em.buf[&m]), idx, &em.var(m))
+}
+
+/// Declares in `sp` an access for every operand of `ms` read from memory (neither a member
+/// nor a constant).
+pub(crate) fn access_operands(
+    em: &mut Emitter,
+    sp: &mut Space,
+    ms: impl IntoIterator<Item = NodeId>,
+    members: &BTreeSet<NodeId>,
+) {
+    let g = em.g;
+    for m in ms {
+        for &i in &g.node(m).inputs {
+            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) {
+                em.access(sp, i);
+            }
+        }
+    }
+}
+
+/// `stmt` under the brace-less loops `heads`, each one level deeper than the one before.
+pub(crate) fn nested_loops(c: &mut Code, heads: &[&str], stmt: &str) {
+    match heads.split_first() {
+        None => {
+            c.line(stmt);
+        }
+        Some((head, rest)) => {
+            c.line(*head);
+            c.indented(|c| nested_loops(c, rest, stmt));
+        }
+    }
+}
+
+/// A top-level C function `head { ... }` whose body is `parts`, each written one level in
+/// (`Code::at_depth(1)`, as `Emitter::decls` is).
+pub(crate) fn c_function(code: &mut Code, head: &str, parts: &[&Code]) {
+    debug_assert_eq!(code.depth(), 0, "C functions are top-level");
+    code.line(format!("{head} {{"));
+    for p in parts {
+        code.append(p);
+    }
+    code.line("}");
+}
+
+/// The parameter list of every kernel and pack function.
+pub(crate) const KERNEL_PARAMS: &str =
+    "(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch)";

@@ -1,0 +1,125 @@
+//! Flash attention kernels: the cost model's price.
+
+use crate::cost::*;
+use crate::dim::numel;
+use crate::ir::NodeId;
+
+/// Online-softmax attention at each feasible (BR, BC) block pair.
+pub(crate) fn flash_cost(k: &Kernel) -> Result<KernelCost, String> {
+    let g = k.g;
+    let members = k.members;
+    let target = k.target;
+    let out_bytes = k.out_bytes;
+    let cached = k.cached;
+    let launch = k.launch;
+    let cx = &k.cx;
+    let ins = &k.ins;
+    let one_block = |tiles: f64, flops: Option<f64>| k.one_block(tiles, flops);
+    let mut cands: Vec<Cand> = Vec::new();
+    let f = crate::group::flash_parts(g, members).ok_or("not an attention pattern")?;
+    let s = &g.node(f.scores).shape;
+    let r = s.len();
+    let (sq, sk) = (cx.n(&s[r - 2]), cx.n(&s[r - 1]));
+    let batch = cx.n(&numel(&s[..r - 2])).max(1.0);
+    let d = cx.n(g.node(g.node(f.qk).inputs[0]).shape.last().unwrap());
+    let dv = cx.n(g.node(f.pv).shape.last().unwrap());
+    let mm_flops = 2.0 * batch * sq * sk * (d + dv);
+    // Per score: the chain (scale, mask), then max, subtract, sum and the rescale.
+    let vec_f = batch * sq * sk * (f.chain.len() as f64 + 4.0);
+    let q_bytes = cx.bytes(g.node(f.qk).inputs[0]);
+    let kv_bytes = cx.bytes(g.node(f.qk).inputs[1]) + cx.bytes(g.node(f.pv).inputs[1]);
+    let mask_bytes: f64 = ins
+        .iter()
+        .filter(|i| {
+            **i != g.node(f.qk).inputs[0]
+                && **i != g.node(f.qk).inputs[1]
+                && **i != g.node(f.pv).inputs[1]
+        })
+        .map(|i| cx.bytes(*i))
+        .sum();
+    let db = if target.double_buffer { 2.0 } else { 1.0 };
+    let (brs, bcs): (Vec<f64>, Vec<f64>) = match target.runtime_blocking {
+        Some([_, _, _, br, bc]) => (
+            [4.0, 8.0, 16.0, 32.0, 64.0].into_iter().filter(|x| *x <= br as f64).collect(),
+            vec![bc as f64],
+        ),
+        None => (vec![16.0, 32.0, 64.0, 128.0], vec![32.0, 64.0, 128.0, 256.0]),
+    };
+    for &br in &brs {
+        for &bc in &bcs {
+            let (br, bc) = (f64::min(br, sq.max(1.0)), f64::min(bc, sk.max(1.0)));
+            let qt = (sq / br).ceil().max(1.0);
+            // K and V of one (batch, head) are read once per unit: on the host a unit
+            // is as many query blocks of a head as leave two units per core (the
+            // runtime's choice), on Ascend one query block.
+            let kv_reads = if target.runtime_blocking.is_some() {
+                (2.0 * target.cores.max(1) as f64 / batch).ceil().clamp(1.0, qt)
+            } else {
+                qt
+            };
+            let (kv_hbm, kv_llc) = cx.reread(kv_bytes / batch, kv_reads);
+            let bytes = (q_bytes + kv_hbm * batch + mask_bytes + out_bytes, kv_llc * batch);
+            let onchip = (br * d + (bc * d + bc * dv) * db + br * bc + br * dv) * 4.0;
+            let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
+            let use_ = vec![(mem_name.to_string(), cx.align(onchip))];
+            let eff = (br / (br + 8.0)) * (bc / (bc + 16.0));
+            // One exp per score, plus the rescale per row and key block.
+            let t_exp = batch * sq * sk + batch * sq * (sk / bc).ceil();
+            // K and V once per unit, Q once, P per key block. On the host, Q (f32
+            // with contiguous rows) and P are read in place, and V, K with contiguous
+            // rows are copies at the in-cache bandwidth; a transposed K is gathered.
+            let pack = if target.runtime_blocking.is_some() {
+                let contiguous = |v: NodeId| {
+                    crate::layout::resolve(g, v).strides.last().and_then(|s| s.as_const())
+                        == Some(1)
+                };
+                let (q, kt, v) =
+                    (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
+                let copy = |v: NodeId, elems: f64| {
+                    elems * (g.node(v).dtype.size() + 4) as f64 / cx.llc_bw()
+                };
+                let q_us = if g.node(q).dtype.is_compute() && contiguous(q) {
+                    0.0
+                } else {
+                    cx.pack_us(batch * sq * d)
+                };
+                let k_us = if contiguous(kt) {
+                    copy(kt, batch * kv_reads * sk * d)
+                } else {
+                    cx.pack_us(batch * kv_reads * sk * d)
+                };
+                let v_us = if contiguous(v) {
+                    copy(v, batch * kv_reads * sk * dv)
+                } else {
+                    cx.pack_us(batch * kv_reads * sk * dv)
+                };
+                q_us + k_us + v_us
+            } else {
+                cx.pack_us(batch * (sq * d + kv_reads * sk * (d + dv) + sq * sk))
+            };
+            let (exec, mem, comp, wave) = cx.exec_us(
+                bytes,
+                cached,
+                mm_flops,
+                vec_f,
+                t_exp,
+                pack,
+                eff,
+                one_block(batch * qt, Some(4.0 * batch * sq * sk * d)),
+                target.matrix_cores,
+            );
+            let ok = cx.fits(&use_);
+            cands.push((
+                exec,
+                mem,
+                comp,
+                wave,
+                bytes,
+                Tiling::Flash { br: br as i64, bc: bc as i64 },
+                use_,
+                ok,
+            ));
+        }
+    }
+    best(cands, launch, mm_flops + vec_f)
+}

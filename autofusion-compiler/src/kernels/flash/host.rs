@@ -1,0 +1,276 @@
+//! Flash attention kernels: host C emission.
+
+use crate::abi::Work;
+use crate::codegen::emit::{Code, Emitter, RowStore, Space};
+use crate::codegen::host::c::*;
+use crate::dim::{numel, DimExpr, Shape};
+use crate::group::FlashParts;
+use crate::ir::{NodeId, Op};
+use crate::layout::resolve;
+use crate::plan::Group;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+/// An attention group as the flash kernel computes it: the pattern, its operands and sizes,
+/// and the spaces of Q, K^T, V and the scores.
+pub(crate) struct Flash {
+    pub(crate) f: FlashParts,
+    pub(crate) members: BTreeSet<NodeId>,
+    pub(crate) q: NodeId,
+    pub(crate) kt: NodeId,
+    pub(crate) v: NodeId,
+    pub(crate) batch: Shape,
+    pub(crate) sq: DimExpr,
+    pub(crate) sk: DimExpr,
+    pub(crate) d: DimExpr,
+    pub(crate) dv: DimExpr,
+    pub(crate) spq: Space,
+    pub(crate) spk: Space,
+    pub(crate) spv: Space,
+    pub(crate) sps: Space,
+    /// The score chain holds a causal mask.
+    pub(crate) causal: bool,
+}
+
+/// Finds the attention pattern of a flash group and declares the accesses of its spaces.
+pub(crate) fn flash_group(em: &mut Emitter, grp: &Group) -> Flash {
+    let g = em.g;
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let f = crate::group::flash_parts(g, &members).expect("planner formed a flash group");
+    let (q, kt, v) = (g.node(f.qk).inputs[0], g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
+    let ss = g.node(f.scores).shape.clone();
+    let r = ss.len();
+    let batch: Shape = ss[..r - 2].to_vec();
+    let (sq, sk) = (ss[r - 2].clone(), ss[r - 1].clone());
+    let d = g.node(q).shape.last().unwrap().clone();
+    let dv = g.node(f.pv).shape.last().unwrap().clone();
+    let with = |last2: [DimExpr; 2]| {
+        let mut s = batch.clone();
+        s.extend(last2);
+        s
+    };
+    let mut spq =
+        Space { tag: "q", shape: with([sq.clone(), d.clone()]), accesses: BTreeMap::new() };
+    let mut spk =
+        Space { tag: "k", shape: with([d.clone(), sk.clone()]), accesses: BTreeMap::new() };
+    let mut spv =
+        Space { tag: "v", shape: with([sk.clone(), dv.clone()]), accesses: BTreeMap::new() };
+    let mut sps = Space { tag: "s", shape: ss, accesses: BTreeMap::new() };
+    em.access(&mut spq, q);
+    em.access(&mut spk, kt);
+    em.access(&mut spv, v);
+    access_operands(em, &mut sps, f.chain.iter().copied(), &members);
+    let causal = f.chain.iter().any(|m| g.node(*m).op == Op::CausalMask);
+    Flash { f, members, q, kt, v, batch, sq, sk, d, dv, spq, spk, spv, sps, causal }
+}
+
+/// Online-softmax attention: for each block of queries, loop over blocks of keys keeping the
+/// running row max, row sum and output accumulator; the S x S scores never reach memory.
+pub(crate) fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
+    let fl = flash_group(em, grp);
+    let em: &Emitter = em;
+    flash_setup(em, &fl, body);
+    body.block("for (int64_t u = u0; u < u1; ++u)", |c| {
+        c.line("const int64_t bi = u / ug, qb0 = (u % ug) * QPU, qb1 = af_min64(qt, qb0 + QPU);");
+        key_range(em, &fl, c);
+        pack_kt(em, &fl, c);
+        pack_v(em, &fl, c);
+        query_blocks(em, &fl, c);
+    });
+    let Flash { batch, sq, sk, d, dv, .. } = fl;
+    Work::Flash { batch: numel(&batch), sq, sk, d, dv }
+}
+
+/// The sizes, tiling, micro-kernel, scratch layout and work units of a flash kernel.
+pub(crate) fn flash_setup(em: &Emitter, fl: &Flash, c: &mut Code) {
+    c.line(format!(
+        "const int64_t BATCH = {}, SQ = {}, SK = {}, D = {}, DV = {};",
+        em.dim(&numel(&fl.batch)),
+        em.dim(&fl.sq),
+        em.dim(&fl.sk),
+        em.dim(&fl.d),
+        em.dim(&fl.dv)
+    ));
+    c.line(
+        "/* units: QPU query blocks of BR rows of one head; K and V are packed once per unit */",
+    );
+    c.line("const int64_t BR = t->mc, BC = t->nc, QPU = t->kc, qt = (SQ + BR - 1) / BR, ug = (qt + QPU - 1) / QPU, units = BATCH * ug;");
+    c.line("const af_isa_info isa = af_isa();");
+    c.line("const int64_t MR = isa.mr, NR = isa.nr, SKP = (SK + AF_NR_MAX - 1) / AF_NR_MAX * AF_NR_MAX, DVP = (DV + NR - 1) / NR * NR;");
+    c.line("/* K^T of the head (slivers of NR keys x D), V of the head (slivers of NR columns x SK keys),");
+    c.line(" * the packed query block, scores / probabilities, output accumulator, row max and row sum */");
+    c.line("float *Kp = scratch, *Vp = Kp + D * SKP, *Qp = Vp + (DV + AF_NR_MAX) * SK, *St = Qp + (BR + AF_MR_MAX) * D;");
+    c.line("float *Ot = St + BR * BC, *Mr = Ot + BR * DV, *Lr = Mr + BR;");
+    c.line("const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);");
+}
+
+/// The keys the unit's queries see (`kend`), and that rounded up to whole slivers (`kendp`).
+pub(crate) fn key_range(em: &Emitter, fl: &Flash, c: &mut Code) {
+    if fl.causal {
+        let shift = fl.sk.sub(&fl.sq);
+        c.line("/* keys any query of the unit sees, rounded up to whole key blocks (later ones are masked) */");
+        c.line(format!("const int64_t need = af_min64(SQ, qb1 * BR) + {};", em.dim(&shift)));
+        c.line("const int64_t kend = af_min64(SK, (need + BC - 1) / BC * BC);");
+    } else {
+        c.line("const int64_t kend = SK;");
+    }
+    c.line("const int64_t kendp = (kend + NR - 1) / NR * NR;");
+}
+
+/// Packs K^T of the unit's keys in slivers of NR keys (keys past `kend` zero).
+pub(crate) fn pack_kt(em: &Emitter, fl: &Flash, c: &mut Code) {
+    if em.strided_cols(&fl.spk, fl.kt) {
+        // K^T is a transposed view of K: walk the keys outside, the head dim inside (along memory).
+        c.block_noted("", "pack K^T in slivers of NR keys, key by key", |c| {
+            em.row_prologue(&fl.spk, "bi * D", c);
+            c.block("for (int64_t j = 0; j < kendp; ++j)", |c| {
+                c.line("float *kp = Kp + (j / NR) * NR * D + j % NR;");
+                c.line("if (j >= kend) { for (int64_t c = 0; c < D; ++c) kp[c * NR] = 0.0f; continue; }");
+                c.line(format!(
+                    "for (int64_t c = 0; c < D; ++c) kp[c * NR] = {};",
+                    em.read_inner(&fl.spk, fl.kt, "c", "j")
+                ));
+            });
+        });
+    } else {
+        let note = "pack K^T in slivers of NR keys";
+        c.block_noted("for (int64_t c = 0; c < D; ++c)", note, |c| {
+            em.row_prologue(&fl.spk, "bi * D + c", c);
+            c.block("for (int64_t js = 0; js < kendp; js += NR)", |c| {
+                c.line("float *kp = Kp + js * D + c * NR;");
+                c.line("const int64_t nj = af_min64(NR, kend - js);");
+                c.line(format!(
+                    "for (int64_t j = 0; j < nj; ++j) kp[j] = {};",
+                    em.read(&fl.spk, fl.kt, "js + j")
+                ));
+                c.line("for (int64_t j = nj; j < NR; ++j) kp[j] = 0.0f;");
+            });
+        });
+    }
+}
+
+/// Packs V of the unit's keys in slivers of NR columns (columns past DV zero).
+pub(crate) fn pack_v(em: &Emitter, fl: &Flash, c: &mut Code) {
+    let note = "pack V in slivers of NR columns";
+    c.block_noted("for (int64_t j = 0; j < kend; ++j)", note, |c| {
+        em.row_prologue(&fl.spv, "bi * SK + j", c);
+        c.block("for (int64_t cs = 0; cs < DVP; cs += NR)", |c| {
+            c.line("float *vp = Vp + cs * SK + j * NR;");
+            c.line("const int64_t nc = af_min64(NR, DV - cs);");
+            c.line(format!(
+                "for (int64_t c = 0; c < nc; ++c) vp[c] = {};",
+                em.read(&fl.spv, fl.v, "cs + c")
+            ));
+            c.line("for (int64_t c = nc; c < NR; ++c) vp[c] = 0.0f;");
+        });
+    });
+}
+
+/// The loop over the unit's query blocks: the block of Q, the key blocks, the normalised store.
+pub(crate) fn query_blocks(em: &Emitter, fl: &Flash, c: &mut Code) {
+    // The loop's body is not indented in the output, so its braces are plain lines.
+    c.line("for (int64_t qb = qb0; qb < qb1; ++qb) {");
+    c.line("const int64_t q0 = qb * BR, br = af_min64(BR, SQ - q0);");
+    let q_direct = query_block(em, fl, c);
+    key_blocks(em, fl, q_direct, c);
+    let g = em.g;
+    let rs = RowStore::new(em, fl.f.pv, &fl.members);
+    let ob = em.buf[&rs.buf];
+    let note = if rs.buf == fl.f.pv {
+        "normalise and store".to_string()
+    } else {
+        format!(
+            "normalise and store, each row at its place in {} (layout_store)",
+            g.node(rs.buf).name
+        )
+    };
+    c.block_noted("for (int64_t i = 0; i < br; ++i)", &note, |c| {
+        c.line("const float inv = 1.0f / Lr[i];");
+        let _ = writeln!(c, "const int64_t orow = {};", rs.offset("bi * SQ + q0 + i", "DV"));
+        let val = round_to(g.node(fl.f.pv).dtype, "Ot[i * DV + c] * inv".into());
+        c.line(format!(
+            "for (int64_t c = 0; c < DV; ++c) {{ const float o = {val}; {} }}",
+            store(g.node(fl.f.pv).dtype, &format!("out{ob}"), "orow + c", "o")
+        ));
+    });
+    c.line("} /* query blocks */");
+}
+
+/// The query block, read in place or packed as MR-row slivers, and the reset of its rows'
+/// softmax state. Returns whether Q is read in place.
+pub(crate) fn query_block(em: &Emitter, fl: &Flash, c: &mut Code) -> bool {
+    let reset = |c: &mut Code| {
+        c.line("Mr[i] = -INFINITY; Lr[i] = 0.0f;");
+        c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;");
+    };
+    // Q of f32 with contiguous rows is read in place by the micro-kernel, else packed.
+    let q_direct = em.g.node(fl.q).dtype.is_compute() && !em.strided_cols(&fl.spq, fl.q);
+    if q_direct {
+        let a = fl.spq.accesses[&fl.q];
+        c.line("/* the query block, read in place (f32, contiguous rows) */");
+        em.row_prologue(&fl.spq, "bi * SQ + q0", c);
+        c.line(format!("const float *Qb = in{} + ac{a}_row;", em.buf[&resolve(em.g, fl.q).base]));
+        c.line(format!("const int64_t ldq = ac{a}_s{};", fl.batch.len()));
+        c.line("(void)Qp;");
+        c.block("for (int64_t i = 0; i < br; ++i)", reset);
+    } else {
+        let note = "pack the query block as MR-row slivers";
+        c.block_noted("for (int64_t i = 0; i < br; ++i)", note, |c| {
+            c.line("float *qp = Qp + (i / MR) * MR * D + i % MR;");
+            em.row_prologue(&fl.spq, "bi * SQ + q0 + i", c);
+            c.line(format!(
+                "for (int64_t c = 0; c < D; ++c) qp[c * MR] = {};",
+                em.read(&fl.spq, fl.q, "c")
+            ));
+            reset(c);
+        });
+    }
+    q_direct
+}
+
+/// The loop over key blocks: S = Q K^T, each score row through the chain and the online
+/// softmax, then O += P V.
+pub(crate) fn key_blocks(em: &Emitter, fl: &Flash, q_direct: bool, c: &mut Code) {
+    c.block("for (int64_t k0 = 0; k0 < kend; k0 += BC)", |c| {
+        if fl.causal {
+            let shift = fl.sk.sub(&fl.sq);
+            c.line(format!("if (k0 > q0 + br - 1 + {}) break; /* every later key is masked for this block */", em.dim(&shift)));
+        }
+        c.line("const int64_t bc = af_min64(BC, SK - k0);");
+        c.line("/* S = Q K^T on the micro-kernel (BC is a multiple of NR_MAX, so k0 + jr starts a sliver) */");
+        let qsrc = if q_direct { "Qb + ir * ldq, ldq, 1" } else { "Qp + ir * D, 1, MR" };
+        nested_loops(
+            c,
+            &["for (int64_t jr = 0; jr < bc; jr += NR)", "for (int64_t ir = 0; ir < br; ir += MR)"],
+            &format!("isa.uk(D, {qsrc}, Kp + (k0 + jr) * D, St + ir * BC + jr, BC, af_min64(MR, br - ir), af_min64(NR, bc - jr), 0);"),
+        );
+        c.block("for (int64_t i = 0; i < br; ++i)", |c| score_row(em, fl, c));
+        c.line("/* O += P V on the micro-kernel, P read in place from the score rows */");
+        nested_loops(
+            c,
+            &["for (int64_t jr = 0; jr < DV; jr += NR)", "for (int64_t ir = 0; ir < br; ir += MR)"],
+            "isa.uk(bc, St + ir * BC, BC, 1, Vp + jr * SK + k0 * NR, Ot + ir * DV + jr, DV, af_min64(MR, br - ir), af_min64(NR, DV - jr), 1);",
+        );
+    });
+}
+
+/// Score row `i` of a key block: the chain applied in place, then the online softmax update.
+pub(crate) fn score_row(em: &Emitter, fl: &Flash, c: &mut Code) {
+    let g = em.g;
+    em.row_prologue(&fl.sps, "bi * SQ + q0 + i", c);
+    c.line("float *restrict srow = St + i * BC;");
+    c.block("for (int64_t j = 0; j < bc; ++j)", |c| {
+        let qk = fl.f.qk;
+        let s = round_to(g.node(qk).dtype, "srow[j]".into());
+        c.line(format!("const float {} = {s}; /* {} */", em.var(qk), g.node(qk).name));
+        for &m in &fl.f.chain {
+            c.line(member_def(em, &fl.sps, &fl.members, &|x| Some(em.var(x)), m, "k0 + j"));
+        }
+        c.line(format!("srow[j] = {};", em.var(fl.f.scores)));
+    });
+    c.line("/* online softmax: rescale what was accumulated under the old max */");
+    c.line("const float mx = af_vmax(srow, bc, Mr[i]), corr = af_expf(Mr[i] - mx);");
+    c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
+    c.line("Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
+    c.line("Mr[i] = mx;");
+}

@@ -1,0 +1,278 @@
+//! Matmul kernels: Ascend C emission.
+
+use crate::abi::Work;
+use crate::codegen::ascend::cube::*;
+use crate::codegen::ascend::vector::*;
+use crate::codegen::emit::Space;
+use crate::dim::{numel, DimExpr, Shape};
+use crate::ir::{DType, Graph, NodeId};
+use crate::layout::resolve;
+use crate::plan::Group;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+/// The parts of a matmul group: `A [batch.., M, K]` by `B [batch.., K, N]`, the prologue
+/// (the members A depends on) and the epilogue (the members after the product).
+pub(crate) struct MatmulParts {
+    pub(crate) anchor: NodeId,
+    pub(crate) a_in: NodeId,
+    pub(crate) b_in: NodeId,
+    pub(crate) out_shape: Shape,
+    pub(crate) batch: Shape,
+    pub(crate) k_dim: DimExpr,
+    pub(crate) pro_nodes: Vec<NodeId>,
+    pub(crate) epi_nodes: Vec<NodeId>,
+}
+
+impl MatmulParts {
+    pub(crate) fn new(g: &Graph, grp: &Group) -> MatmulParts {
+        let anchor = grp.anchor.expect("matmul group has an anchor");
+        let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+        let out_shape = g.node(anchor).shape.clone();
+        let r = out_shape.len();
+        let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
+        let k_dim = g.node(a_in).shape.last().unwrap().clone();
+        let batch: Shape = out_shape[..r - 2].to_vec();
+        let prologue = crate::group::prologue_of(g, anchor, |i| members.contains(i));
+        let pro_nodes: Vec<NodeId> =
+            grp.nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
+        let epi_nodes: Vec<NodeId> =
+            grp.nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
+        MatmulParts { anchor, a_in, b_in, out_shape, batch, k_dim, pro_nodes, epi_nodes }
+    }
+    /// `[batch.., x, y]`.
+    pub(crate) fn with(&self, x: DimExpr, y: DimExpr) -> Shape {
+        let mut s = self.batch.clone();
+        s.push(x);
+        s.push(y);
+        s
+    }
+    pub(crate) fn m(&self) -> DimExpr {
+        self.out_shape[self.out_shape.len() - 2].clone()
+    }
+    pub(crate) fn n(&self) -> DimExpr {
+        self.out_shape[self.out_shape.len() - 1].clone()
+    }
+}
+
+/// Returns the work, whether A and B are staged in the user workspace, and the element type
+/// the cube reads them in.
+pub(crate) fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
+    let mp = MatmulParts::new(k.em.g, grp);
+    let em = &k.em;
+    let _ = writeln!(
+        k.setup,
+        "const int64_t BATCH = {}, M = {}, N = {}, K = {};",
+        em.dim(&numel(&mp.batch)),
+        em.dim(&mp.m()),
+        em.dim(&mp.n()),
+        em.dim(&mp.k_dim)
+    );
+    k.setup.line("const int64_t MC = t.mc, NC = t.nc, mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
+    user_workspace(&mut k.setup);
+    let cube = cube_type(k.em.g, mp.a_in, mp.b_in);
+    let a = matmul_operand_a(k, &mp, cube);
+    let b = matmul_operand_b(k, &mp, cube);
+    let (epi, spo) = matmul_epilogue(k, grp, &mp);
+    let c = &mut k.setup;
+    c.line("AscendC::tiling::TCubeTiling ct;");
+    c.line("af_cube_tiling(t, 0, ct);");
+    c.line(matmul_object("mm", a.trans, b.trans, cube));
+    c.line("REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &ct); /* the AIC serves the AIVs' calls, then returns */");
+    if a.staged || b.staged {
+        sync_staged(&mut k.body);
+    }
+    matmul_tiles(k, &a, &b, &epi, &spo);
+    let work = Work::MatMul { batch: numel(&mp.batch), m: mp.m(), n: mp.n(), k: mp.k_dim };
+    (work, a.staged, b.staged, cube)
+}
+
+/// Operand A: read in place when the Matmul API can address it, else staged by the AIVs as
+/// contiguous rows `wa` of the cube's element type (the norm prologue applied once per row,
+/// or the operand copied).
+pub(crate) fn matmul_operand_a(k: &mut K, mp: &MatmulParts, cube: DType) -> Operand {
+    let g = k.em.g;
+    let a_in = mp.a_in;
+    let mut spa = space("a", mp.with(mp.m(), mp.k_dim.clone()));
+    if mp.pro_nodes.is_empty() {
+        k.em.access(&mut spa, a_in);
+        if let Some((trans, ld)) = mm_layout(&k.em, &spa, a_in, cube) {
+            return Operand { v: a_in, sp: spa, trans, ld, staged: false, ty: cube };
+        }
+    }
+    // Stage A = the prologue's output (or the operand itself) as contiguous f32 rows.
+    let mut srcs = BTreeMap::new();
+    let pro_members: BTreeSet<NodeId> = mp.pro_nodes.iter().copied().collect();
+    for i in ext_inputs(g, &mp.pro_nodes, &pro_members) {
+        let s = k.src(&mut spa, i, "0");
+        srcs.insert(i, s);
+    }
+    if mp.pro_nodes.is_empty() {
+        let s = k.src(&mut spa, a_in, "0");
+        srcs.insert(a_in, s);
+    }
+    // The staged value: the prologue's last member (= a_in) or the operand through a copy.
+    let job = Job {
+        g,
+        space: spa.shape.clone(),
+        nodes: mp.pro_nodes.clone(),
+        srcs,
+        outs: vec![(a_in, "wa".into(), "ra * K".into(), cube)],
+        row_i: "0".into(),
+        causal_shift: "0".into(),
+        col0: "0".into(),
+        ncols: "K".into(),
+        tag: "a".into(),
+    };
+    let c = &mut k.body;
+    let what = if mp.pro_nodes.is_empty() {
+        "a view the Matmul API cannot address"
+    } else {
+        "the norm prologue applied once per row"
+    };
+    let _ = writeln!(
+        c,
+        "/* stage A ({what}) as contiguous {} rows in the user workspace */",
+        ascend_type(cube)
+    );
+    stage_decl(c, "wa", cube, "BATCH * M * K");
+    c.open("for (int64_t ra = aiv; ra < BATCH * M; ra += naiv)");
+    row_offsets(&k.em, &spa, "ra", c);
+    if mp.pro_nodes.is_empty() {
+        copy_row(&mut k.ub, &job, a_in, c);
+    } else {
+        job.emit(&mut k.ub, c);
+    }
+    c.close();
+    stage_advance(c, cube, "BATCH * M * K");
+    Operand { v: a_in, sp: spa, trans: false, ld: "K".into(), staged: true, ty: cube }
+}
+
+/// Operand B: read in place when the Matmul API can address it, else copied by the AIVs as
+/// contiguous rows `wb` of the cube's element type.
+pub(crate) fn matmul_operand_b(k: &mut K, mp: &MatmulParts, cube: DType) -> Operand {
+    let b_in = mp.b_in;
+    let mut spb = space("b", mp.with(mp.k_dim.clone(), mp.n()));
+    k.em.access(&mut spb, b_in);
+    if let Some((trans, ld)) = mm_layout(&k.em, &spb, b_in, cube) {
+        return Operand { v: b_in, sp: spb, trans, ld, staged: false, ty: cube };
+    }
+    let mut srcs = BTreeMap::new();
+    let s = k.src(&mut spb, b_in, "0");
+    srcs.insert(b_in, s);
+    let job = Job {
+        g: k.em.g,
+        space: spb.shape.clone(),
+        nodes: vec![],
+        srcs,
+        outs: vec![(b_in, "wb".into(), "rb * N".into(), cube)],
+        row_i: "0".into(),
+        causal_shift: "0".into(),
+        col0: "0".into(),
+        ncols: "N".into(),
+        tag: "b".into(),
+    };
+    let c = &mut k.body;
+    let _ = writeln!(
+        c,
+        "/* stage B (a view the Matmul API cannot address) as contiguous {} rows */",
+        ascend_type(cube)
+    );
+    stage_decl(c, "wb", cube, "BATCH * K * N");
+    c.open("for (int64_t rb = aiv; rb < BATCH * K; rb += naiv)");
+    row_offsets(&k.em, &spb, "rb", c);
+    copy_row(&mut k.ub, &job, b_in, c);
+    c.close();
+    stage_advance(c, cube, "BATCH * K * N");
+    Operand { v: b_in, sp: spb, trans: false, ld: "N".into(), staged: true, ty: cube }
+}
+
+/// The epilogue job over the output rows of one tile, and the output space it reads in.
+pub(crate) fn matmul_epilogue<'g>(
+    k: &mut K<'g>,
+    grp: &Group,
+    mp: &MatmulParts,
+) -> (Job<'g>, Space) {
+    let g = k.em.g;
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let mut spo = space("o", mp.out_shape.clone());
+    let mut srcs = BTreeMap::new();
+    for i in ext_inputs(g, &mp.epi_nodes, &members) {
+        if i == mp.anchor {
+            continue;
+        }
+        let s = k.src(&mut spo, i, "n0");
+        srcs.insert(i, s);
+    }
+    srcs.insert(mp.anchor, Src::Row { gm: "wc".into(), off: "ti * NC".into(), d: DType::F32 });
+    let outs: Vec<(NodeId, String, String, DType)> = grp
+        .outputs
+        .iter()
+        .map(|o| (*o, k.gm(k.em.buf[o]), "orow * N + n0".to_string(), g.node(*o).dtype))
+        .collect();
+    let mut nodes = mp.epi_nodes.clone();
+    // The anchor is a phase-0 source; when it is itself an output it is copied out.
+    if grp.outputs.contains(&mp.anchor) {
+        nodes.retain(|n| *n != mp.anchor);
+    }
+    let job = Job {
+        g,
+        space: mp.out_shape.clone(),
+        nodes,
+        srcs,
+        outs,
+        row_i: format!("o_i{}", mp.out_shape.len() - 2),
+        causal_shift: causal_shift(&k.em, &mp.epi_nodes),
+        col0: "n0".into(),
+        ncols: "nlen".into(),
+        tag: "o".into(),
+    };
+    (job, spo)
+}
+
+/// This AIV's output tiles: the cube writes each `mlen x nlen` tile into the AIV's slice `wc`
+/// of the user workspace, then the AIV applies the epilogue row by row.
+pub(crate) fn matmul_tiles(k: &mut K, a: &Operand, b: &Operand, epi: &Job, spo: &Space) {
+    let g = k.em.g;
+    let c = &mut k.body;
+    c.line("AscendC::GlobalTensor<float> wc; wc.SetGlobalBuffer(uws + stage + aiv * MC * NC, MC * NC); /* this AIV's C tile */");
+    c.open("for (int64_t u = aiv; u < units; u += naiv)");
+    // Consecutive units run at once on the cores: in column-panel order they share a B panel
+    // (B leaves memory once, A is re-read from L2), in row-panel order an A panel.
+    c.line("const int64_t bi = u / (mt * nt), tile = u % (mt * nt);");
+    c.line("const int64_t mi = t.n_major ? tile % mt : tile / nt, ni = t.n_major ? tile / mt : tile % nt;");
+    c.line("const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min(MC, M - m0), nlen = af_min(NC, N - n0);");
+    let (ta, tb) = (ascend_type(a.ty), ascend_type(b.ty));
+    if a.staged {
+        let _ = writeln!(c, "AscendC::GlobalTensor<{ta}> ga = wa[(bi * M + m0) * K];");
+    } else {
+        row_offsets(&k.em, &a.sp, "bi * M + m0", c);
+        let ac = a.sp.accesses[&a.v];
+        let gb = format!("g{}", k.em.buf[&resolve(g, a.v).base]);
+        let _ = writeln!(c, "AscendC::GlobalTensor<{ta}> ga = {gb}[a_row{ac}];");
+    }
+    if b.staged {
+        let _ = writeln!(c, "AscendC::GlobalTensor<{tb}> gbm = wb[bi * K * N + n0];");
+    } else {
+        row_offsets(&k.em, &b.sp, "bi * K", c);
+        let ac = b.sp.accesses[&b.v];
+        let gb = format!("g{}", k.em.buf[&resolve(g, b.v).base]);
+        let col = if b.trans { format!("n0 * ({})", b.ld) } else { "n0".into() };
+        let _ = writeln!(c, "AscendC::GlobalTensor<{tb}> gbm = {gb}[b_row{ac} + {col}];");
+    }
+    // SetOrgShape comes before SetTensorA/B and SetSingleShape (SetOrgShape.md, constraints);
+    // its fifth argument is C's row stride (the tile is NC wide, B's rows N).
+    let org = org_shape("M", "N", "K", (a.trans, &a.ld), (b.trans, &b.ld), "NC");
+    let _ = writeln!(c, "mm.SetOrgShape({org});");
+    let _ = writeln!(c, "mm.SetTensorA(ga, {});", a.trans);
+    let _ = writeln!(c, "mm.SetTensorB(gbm, {});", b.trans);
+    c.line("mm.SetSingleShape((int)mlen, (int)nlen, (int)K);");
+    c.line("mm.IterateAll(wc);");
+    c.block_noted("for (int64_t ti = 0; ti < mlen; ++ti)", "epilogue, row by row", |c| {
+        c.line("const int64_t orow = bi * M + m0 + ti;");
+        row_offsets(&k.em, spo, "orow", c);
+        epi.emit(&mut k.ub, c);
+    });
+    c.close();
+    c.line("mm.End();");
+}

@@ -1,0 +1,391 @@
+//! Matmul kernels: host C emission.
+
+use crate::abi::{PackMeta, Work};
+use crate::codegen::emit::{Code, Emitter, Space};
+use crate::codegen::host::c::*;
+use crate::dim::{numel, DimExpr, Shape};
+use crate::ir::{DType, NodeId, Op};
+use crate::layout::resolve;
+use crate::plan::Group;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub(crate) fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
+    body.line("const int64_t hoff = 0;");
+    let (batch, m, n, k) = gen_matmul_part(em, grp.anchor.unwrap(), &members, &outputs, body);
+    Work::MatMul { batch, m, n, k }
+}
+
+/// One matmul of a kernel with its prologue and epilogue, and how its operands are read.
+pub(crate) struct MatmulPart {
+    pub(crate) anchor: NodeId,
+    pub(crate) a_in: NodeId,
+    pub(crate) b_in: NodeId,
+    pub(crate) out_shape: Shape,
+    pub(crate) k_dim: DimExpr,
+    pub(crate) batch: Shape,
+    /// Members upstream of the anchor, applied while packing A.
+    pub(crate) prologue: BTreeSet<NodeId>,
+    /// The other members, applied while storing C.
+    pub(crate) epilogue: Vec<NodeId>,
+    pub(crate) spa: Space,
+    pub(crate) spb: Space,
+    pub(crate) spo: Space,
+    /// The `bufs` slot of B and its element type when it is packed once per weight tensor.
+    pub(crate) packed: Option<(usize, DType)>,
+    /// A is read in place by the micro-kernel (no packing).
+    pub(crate) a_direct: bool,
+}
+
+/// Splits the members around the anchor, declares the accesses of the spaces of A, B and the
+/// output, and makes the pack function of a B read from a parameter.
+pub(crate) fn matmul_part(
+    em: &mut Emitter,
+    anchor: NodeId,
+    members: &BTreeSet<NodeId>,
+) -> MatmulPart {
+    let g = em.g;
+    let out_shape = g.node(anchor).shape.clone();
+    let r = out_shape.len();
+    let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
+    let k_dim = g.node(a_in).shape.last().unwrap().clone();
+    let batch: Shape = out_shape[..r - 2].to_vec();
+    let mut a_shape = batch.clone();
+    a_shape.push(out_shape[r - 2].clone());
+    a_shape.push(k_dim.clone());
+    let mut b_shape = batch.clone();
+    b_shape.push(k_dim.clone());
+    b_shape.push(out_shape[r - 1].clone());
+    // Prologue = members upstream of the anchor; epilogue = the rest.
+    let prologue = crate::group::prologue_of(g, anchor, |i| members.contains(i));
+    let epilogue: Vec<NodeId> =
+        members.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
+    let mut spa = Space { tag: "a", shape: a_shape, accesses: BTreeMap::new() };
+    let mut spb = Space { tag: "b", shape: b_shape.clone(), accesses: BTreeMap::new() };
+    let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
+    access_operands(em, &mut spa, prologue.iter().copied(), members);
+    if !members.contains(&a_in) {
+        em.access(&mut spa, a_in);
+    }
+    // B read from a parameter (a weight) is packed once per tensor by a pack function the
+    // runtime runs (see `abi::PackMeta`); any other B is packed here, one sliver at a time.
+    let packed = matches!(g.node(resolve(g, b_in).base).op, Op::Param { .. })
+        .then(|| (pack_b(em, &b_shape, b_in), g.node(b_in).dtype));
+    if packed.is_none() {
+        em.access(&mut spb, b_in);
+    }
+    access_operands(em, &mut spo, epilogue.iter().copied(), members);
+    // A of f32 with contiguous rows and no prologue is read in place by the micro-kernel.
+    let a_direct =
+        prologue.is_empty() && g.node(a_in).dtype.is_compute() && !em.strided_cols(&spa, a_in);
+    MatmulPart {
+        anchor,
+        a_in,
+        b_in,
+        out_shape,
+        k_dim,
+        batch,
+        prologue,
+        epilogue,
+        spa,
+        spb,
+        spo,
+        packed,
+        a_direct,
+    }
+}
+
+/// One matmul with its prologue and epilogue; its work units start at `hoff` in the block
+/// numbering. Returns (batch, m, n, k).
+pub(crate) fn gen_matmul_part(
+    em: &mut Emitter,
+    anchor: NodeId,
+    members: &BTreeSet<NodeId>,
+    outputs: &BTreeSet<NodeId>,
+    body: &mut Code,
+) -> (DimExpr, DimExpr, DimExpr, DimExpr) {
+    let mp = matmul_part(em, anchor, members);
+    let em: &Emitter = em;
+    matmul_setup(em, &mp, body);
+    body.block("for (int64_t u = u0; u < u1; ++u)", |c| {
+        c.line("const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
+        c.line("const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);");
+        c.line("if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * LDC));");
+        k_blocks(em, &mp, members, c);
+        // Epilogue while storing C.
+        store_c(em, &mp, members, outputs, c);
+    });
+    let r = mp.out_shape.len();
+    (numel(&mp.batch), mp.out_shape[r - 2].clone(), mp.out_shape[r - 1].clone(), mp.k_dim)
+}
+
+/// The sizes, tiling, micro-kernel, scratch layout and work units of a matmul part.
+pub(crate) fn matmul_setup(em: &Emitter, mp: &MatmulPart, c: &mut Code) {
+    let r = mp.out_shape.len();
+    let bt = em.dim(&numel(&mp.batch));
+    let (m_e, n_e, k_e) =
+        (em.dim(&mp.out_shape[r - 2]), em.dim(&mp.out_shape[r - 1]), em.dim(&mp.k_dim));
+    c.line(format!("const int64_t BATCH = {bt}, M = {m_e}, N = {n_e}, K = {k_e};"));
+    c.line("const int64_t MC = t->mc, NC = t->nc, KC = t->kc;");
+    c.line("const af_isa_info isa = af_isa();");
+    c.line("const int64_t MR = isa.mr, NR = isa.nr;");
+    if let Some((slot, dt)) = mp.packed {
+        let (t, what) = match dt {
+            DType::F32 => ("float", "B"),
+            DType::F16 => ("uint16_t", "B (f16 bits)"),
+            DType::BF16 => ("uint16_t", "B (bf16 bits)"),
+        };
+        c.line(format!("const {t} *restrict Bpk = (const {t} *)bufs[{slot}]; /* {what}, packed once per weight tensor */"));
+        c.line("const int64_t nsl = (N + NR - 1) / NR;");
+    }
+    c.line("float *Ap = scratch, *Ar = Ap + (MC + AF_MR_MAX) * KC, *Bs = Ar + KC, *Cc = Bs + KC * AF_NR_MAX;");
+    c.line("const int64_t LDC = NC + 16; /* C block rows padded by a cache line: no 4 KiB aliasing between rows */");
+    c.line("(void)Ar;");
+    c.line(
+        "const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;",
+    );
+    c.line("const int64_t ub = block * t->rows_per_block - hoff, u0 = ub < 0 ? 0 : ub, u1 = af_min64(units, ub + t->rows_per_block);");
+}
+
+/// The K blocks of one tile of C: A read in place or packed, B's slivers, the micro-kernel.
+pub(crate) fn k_blocks(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>, c: &mut Code) {
+    if mp.a_direct {
+        let a = mp.spa.accesses[&mp.a_in];
+        c.line("/* A read in place (f32, contiguous rows): no packing */");
+        em.row_prologue(&mp.spa, "bi * M + m0", c);
+        c.line(format!(
+            "const float *Ab = in{} + ac{a}_row;",
+            em.buf[&resolve(em.g, mp.a_in).base]
+        ));
+        c.line(format!("const int64_t lda = ac{a}_s{};", mp.out_shape.len() - 2));
+    }
+    c.block("for (int64_t k0 = 0; k0 < K; k0 += KC)", |c| {
+        c.line("const int64_t klen = af_min64(KC, K - k0);");
+        if !mp.a_direct {
+            // Pack A in slivers of MR rows, applying the prologue once per row of the block.
+            pack_a(em, mp, members, c);
+        }
+        c.block("for (int64_t jr = 0; jr < nlen; jr += NR)", |c| {
+            c.line("const int64_t nr = af_min64(NR, nlen - jr);");
+            if mp.packed.is_some() {
+                // NC is a multiple of NR_MAX (or N has one tile), so n0 + jr starts a sliver.
+                let t = ctype(mp.packed.map_or(DType::F32, |p| p.1));
+                c.line(format!("const {t} *restrict bsl = Bpk + ((bi * nsl + (n0 + jr) / NR) * K + k0) * NR;"));
+            } else {
+                c.line("/* pack one sliver of B */");
+                b_sliver(em, &mp.spb, mp.b_in, ("k0", "klen"), "n0 + jr", "Bs", false, c);
+            }
+            let asrc =
+                if mp.a_direct { "Ab + ir * lda + k0, lda, 1" } else { "Ap + ir * klen, 1, MR" };
+            let tiles = "for (int64_t ir = 0; ir < mlen; ir += MR)";
+            let call = |uk: &str, b: &str| format!("isa.{uk}(klen, {asrc}, {b}, Cc + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);");
+            match mp.packed {
+                None => nested_loops(c, &[tiles], &call("uk", "Bs")),
+                Some((_, dt)) => widen_or_direct(dt, tiles, &call, c),
+            }
+        });
+    });
+}
+
+/// The micro-kernel calls on a sliver of a 16-bit weight: several row tiles reuse the sliver,
+/// so it is widened once into `Bs` for the f32 kernel; a single tile (decode) lets the kernel
+/// widen B as it loads it, reading half the bytes.
+pub(crate) fn widen_or_direct(
+    dt: DType,
+    tiles: &str,
+    call: &dyn Fn(&str, &str) -> String,
+    c: &mut Code,
+) {
+    let (uk16, widen) = match dt {
+        // Packed as the kernel reads it: nothing to widen.
+        DType::F32 => return nested_loops(c, &[tiles], &call("uk", "bsl")),
+        DType::F16 => ("uk_f16", "widen_f16"),
+        DType::BF16 => ("uk_bf16", "widen_bf16"),
+    };
+    let note = "widen the sliver once for the row tiles that share it";
+    c.if_else(
+        "mlen > MR",
+        note,
+        |c| {
+            c.line(format!("isa.{widen}(bsl, Bs, klen * NR);"));
+            nested_loops(c, &[tiles], &call("uk", "Bs"));
+        },
+        |c| {
+            c.line("const int64_t ir = 0; /* one row tile */");
+            c.line(call(uk16, "bsl"));
+        },
+    );
+}
+
+/// The loop packing the block of A in slivers of MR rows, with the prologue applied per row.
+pub(crate) fn pack_a(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>, c: &mut Code) {
+    let note = format!("pack A{}", if mp.prologue.is_empty() { "" } else { " with the prologue" });
+    c.block_noted("for (int64_t m = 0; m < mlen; ++m)", &note, |c| {
+        em.row_prologue(&mp.spa, "bi * M + m0 + m", c);
+        c.line("float *ap = Ap + (m / MR) * MR * klen + m % MR;");
+        let a_val = operand(em, &mp.spa, members, &|x| Some(em.var(x)), mp.a_in, "c");
+        if mp.prologue.is_empty() {
+            c.block("for (int64_t k = 0; k < klen; ++k)", |c| {
+                c.line("const int64_t c = k0 + k;");
+                c.line(format!("ap[k * MR] = {a_val};"));
+            });
+        } else {
+            // Compute the row contiguously (so it vectorises), then scatter it into the sliver.
+            c.block("for (int64_t k = 0; k < klen; ++k)", |c| {
+                c.line("const int64_t c = k0 + k;");
+                for &m in members.iter().filter(|m| mp.prologue.contains(m)) {
+                    c.line(member_def(em, &mp.spa, members, &|x| Some(em.var(x)), m, "c"));
+                }
+                c.line(format!("Ar[k] = {a_val};"));
+            });
+            c.line("for (int64_t k = 0; k < klen; ++k) ap[k * MR] = Ar[k];");
+        }
+    });
+}
+
+/// The loop storing the tile of C, with the epilogue applied on the way.
+pub(crate) fn store_c(
+    em: &Emitter,
+    mp: &MatmulPart,
+    members: &BTreeSet<NodeId>,
+    outputs: &BTreeSet<NodeId>,
+    c: &mut Code,
+) {
+    let g = em.g;
+    let note = format!("store C{}", if mp.epilogue.is_empty() { "" } else { " with the epilogue" });
+    c.block_noted("for (int64_t m = 0; m < mlen; ++m)", &note, |c| {
+        em.row_prologue(&mp.spo, "bi * M + m0 + m", c);
+        c.line("const int64_t orow = (bi * M + m0 + m) * N;");
+        c.block("for (int64_t n = 0; n < nlen; ++n)", |c| {
+            c.line("const int64_t c = n0 + n;");
+            let acc = round_to(g.node(mp.anchor).dtype, "Cc[m * LDC + n]".into());
+            c.line(format!(
+                "const float {} = {acc}; /* {} */",
+                em.var(mp.anchor),
+                g.node(mp.anchor).name
+            ));
+            if outputs.contains(&mp.anchor) {
+                c.line(store_out(em, mp.anchor, "orow + c"));
+            }
+            for &m in &mp.epilogue {
+                c.line(member_def(em, &mp.spo, members, &|x| Some(em.var(x)), m, "c"));
+                if outputs.contains(&m) {
+                    c.line(store_out(em, m, "orow + c"));
+                }
+            }
+        });
+    });
+}
+
+/// Code writing rows `k0 .. k0 + klen` of B's NR columns from `col0` into the sliver `dst`
+/// (`dst[k * NR + j]`, columns past `nr` zero), in the space `sp` of B (batch + [K, N], row
+/// index `bi * K + k`). A transposed view is walked column by column, K inside (along memory).
+/// With `bits`, a 16-bit B is copied as its bits into a `uint16_t` sliver (zero is +0 there
+/// too); otherwise the sliver is f32.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn b_sliver(
+    em: &Emitter,
+    sp: &Space,
+    b: NodeId,
+    (k0, klen): (&str, &str),
+    col0: &str,
+    dst: &str,
+    bits: bool,
+    c: &mut Code,
+) {
+    let k = if k0 == "0" { "k".to_string() } else { format!("{k0} + k") };
+    let (t, zero) = if bits { ("uint16_t", "0") } else { ("float", "0.0f") };
+    if em.strided_cols(sp, b) {
+        em.row_prologue(sp, "bi * K", c);
+        let (kk, col) = (k.as_str(), format!("{col0} + j"));
+        let value =
+            if bits { em.read_inner_bits(sp, b, kk, &col) } else { em.read_inner(sp, b, kk, &col) };
+        c.block("for (int64_t j = 0; j < NR; ++j)", |c| {
+            c.line(format!("if (j >= nr) {{ for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = {zero}; continue; }}"));
+            c.line(format!("for (int64_t k = 0; k < {klen}; ++k) {dst}[k * NR + j] = {value};"));
+        });
+    } else {
+        let col = format!("{col0} + j");
+        let value = if bits { em.read_bits(sp, b, &col) } else { em.read(sp, b, &col) };
+        c.block(format!("for (int64_t k = 0; k < {klen}; ++k)"), |c| {
+            em.row_prologue(sp, &format!("bi * K + {k}"), c);
+            c.line(format!("{t} *restrict row = {dst} + k * NR;"));
+            c.line(format!("for (int64_t j = 0; j < nr; ++j) row[j] = {value};"));
+            c.line(format!("for (int64_t j = nr; j < NR; ++j) row[j] = {zero};"));
+        });
+    }
+}
+
+/// The pack function of matmul operand `b_in` (shape `b_shape` = batch + [K, N]), read from a
+/// parameter: appended to `em.packs`; returns the `bufs` slot the kernel finds it in. The
+/// packed elements keep the parameter's dtype (a 16-bit weight is copied as its bits).
+pub(crate) fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
+    let g = em.g;
+    let j = em.packs.len();
+    let slot = em.buf.len() + j;
+    let func = format!("{}_pack{j}", em.kname);
+    let param = resolve(g, b_in).base;
+    let r = b_shape.len();
+    let batch = numel(&b_shape[..r - 2]);
+    let mut pe = Emitter::new(g, em.buf.clone(), &func);
+    let mut sp = Space { tag: "b", shape: b_shape.clone(), accesses: BTreeMap::new() };
+    pe.access(&mut sp, b_in);
+    let b = em.buf[&param];
+    let dtype = g.node(param).dtype;
+    let (t, bits) = (ctype(dtype), !dtype.is_compute());
+    let mut head = Code::at_depth(1);
+    head.line("(void)dims; (void)scratch;");
+    head.line(format!(
+        "const {t} *restrict in{b} = (const {t} *)bufs[{b}]; /* {} */",
+        g.node(param).name
+    ));
+    head.line(format!("{t} *restrict dst = ({t} *)bufs[{slot}];"));
+    let mut body = Code::at_depth(1);
+    body.line(format!(
+        "const int64_t BATCH = {}, K = {}, N = {};",
+        pe.dim(&batch),
+        pe.dim(&b_shape[r - 2]),
+        pe.dim(&b_shape[r - 1])
+    ));
+    body.line("const int64_t NR = af_isa().nr, nsl = (N + NR - 1) / NR, ng = (N + AF_NR_MAX - 1) / AF_NR_MAX;");
+    body.line("const int64_t g0 = block * t->rows_per_block, g1 = af_min64(t->units, g0 + t->rows_per_block);");
+    body.line("(void)BATCH;");
+    let group = "a group of NR_MAX columns of one matrix";
+    body.block_noted("for (int64_t gi = g0; gi < g1; ++gi)", group, |c| {
+        c.line("const int64_t bi = gi / ng, c0 = (gi % ng) * AF_NR_MAX, c1 = af_min64(N, c0 + AF_NR_MAX);");
+        c.block("for (int64_t j0 = c0; j0 < c1; j0 += NR)", |c| {
+            c.line("const int64_t nr = af_min64(NR, N - j0);");
+            c.line(format!("{t} *restrict ds = dst + (bi * nsl + j0 / NR) * K * NR;"));
+            b_sliver(&pe, &sp, b_in, ("0", "K"), "j0", "ds", bits, c);
+        });
+    });
+    let mut c = Code::new();
+    let elems = if bits { format!("{} bits", dtype.name()) } else { "f32".into() };
+    c.line(format!("/* {func}: B of {} (`{}`), packed once per weight tensor as {elems} in slivers of NR columns", em.kname, g.node(param).name));
+    c.line(
+        " * (the micro-kernel's B layout); the runtime reruns it only when another tensor is passed. */",
+    );
+    c_function(
+        &mut c,
+        &format!("AF_CLONES static void {func}{KERNEL_PARAMS}"),
+        &[&head, &pe.decls, &body],
+    );
+    c.line("");
+    // What the packed copy holds, so the runtime can share it between kernels and modules.
+    let view = resolve(g, b_in);
+    let strides = crate::layout::space_strides(&view, &g.node(b_in).shape, r);
+    let meta = PackMeta {
+        func,
+        param,
+        dtype,
+        batch,
+        k: b_shape[r - 2].clone(),
+        n: b_shape[r - 1].clone(),
+        batch_dims: b_shape[..r - 2].to_vec(),
+        offset: view.offset,
+        strides,
+    };
+    em.packs.push((meta, c.finish()));
+    slot
+}

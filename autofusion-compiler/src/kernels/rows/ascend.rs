@@ -1,0 +1,67 @@
+//! Rows kernels: Ascend C emission.
+
+use crate::abi::Work;
+use crate::codegen::ascend::vector::*;
+use crate::codegen::emit::Space;
+use crate::dim::{numel, Shape};
+use crate::group::space_of;
+use crate::ir::{Graph, NodeId};
+use crate::plan::Group;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+
+pub(crate) fn gen_rows(k: &mut K, grp: &Group) -> Work {
+    let g = k.em.g;
+    let space = space_of(g, &grp.nodes).expect("planner checked the space");
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let mut sp = Space { tag: "x", shape: space.clone(), accesses: BTreeMap::new() };
+    let mut srcs = BTreeMap::new();
+    for i in ext_inputs(g, &grp.nodes, &members) {
+        let s = k.src(&mut sp, i, "0");
+        srcs.insert(i, s);
+    }
+    let r = space.len();
+    let outs = grp
+        .outputs
+        .iter()
+        .map(|o| {
+            (
+                *o,
+                k.gm(k.em.buf[o]),
+                if space_is_row(g, *o, &space) { "r".to_string() } else { "r * N".to_string() },
+                g.node(*o).dtype,
+            )
+        })
+        .collect();
+    let row_i = if r >= 2 { format!("x_i{}", r - 2) } else { "0".into() };
+    let job = Job {
+        g,
+        space: space.clone(),
+        nodes: grp.nodes.clone(),
+        srcs,
+        outs,
+        row_i,
+        causal_shift: causal_shift(&k.em, &grp.nodes),
+        col0: "0".into(),
+        ncols: "N".into(),
+        tag: "x".into(),
+    };
+    let _ = writeln!(
+        k.setup,
+        "const int64_t R = {}, N = {};",
+        k.em.dim(&numel(&space[..r - 1])),
+        k.em.dim(&space[r - 1])
+    );
+    k.body.open("for (int64_t r = aiv; r < R; r += naiv)");
+    row_offsets(&k.em, &sp, "r", &mut k.body);
+    job.emit(&mut k.ub, &mut k.body);
+    k.body.close();
+    Work::Rows { rows: numel(&space[..r - 1]), n: space[r - 1].clone(), row_buffers: 0 }
+}
+
+/// Whether output `o` is a per-row value (its last extent is 1 while the space's is not).
+pub(crate) fn space_is_row(g: &Graph, o: NodeId, space: &Shape) -> bool {
+    let s = &g.node(o).shape;
+    s.last().and_then(|d| d.as_const()) == Some(1)
+        && space.last().and_then(|d| d.as_const()) != Some(1)
+}
