@@ -149,3 +149,56 @@ fn random_graphs_match_the_reference_on_ascend() {
         }
     }
 }
+
+/// The ONNX fixtures (Hugging Face BERT and Llama layers from both torch exporters, the seed
+/// layer, a GELU MLP, exporters' shape arithmetic) imported and planned for `ascend910b` at
+/// every opt level, through the Ascend path against the reference: the graphs real exporters
+/// write, not only the DSL's.
+#[test]
+fn onnx_fixtures_match_the_reference_on_ascend() {
+    let target = Target::ascend910b();
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("autofusion-onnx/tests/fixtures");
+    let mut models: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
+        .collect();
+    models.sort();
+    assert!(models.len() >= 4, "the fixtures are in {}", fixtures.display());
+    for path in models {
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let model = autofusion_onnx::load(&path).unwrap();
+        let graph = autofusion_onnx::import(&model, &name).unwrap().graph;
+        let mut seen = std::collections::BTreeSet::new();
+        for level in 0..=3u8 {
+            let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
+            let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+            let g = &unit.graph;
+            let built = unit
+                .build(&Ascend::new(target.clone()), Variant::Fused)
+                .unwrap_or_else(|e| panic!("{name}, opt_level {level}: {e}"));
+            if !seen.insert(common::plan_key(&built.plan)) {
+                continue;
+            }
+            let sym = format!("{}_onnx{level}", unit.symbol(Variant::Fused));
+            let m = common::load_ascend_built(g.clone(), &built, &sym, &dir())
+                .unwrap_or_else(|e| panic!("{name}, opt_level {level}: {e}"));
+            for s in [1i64, 7] {
+                let dims = vec![s; g.dyn_dims.len()];
+                let ins = common::inputs(g, &dims, s as u64 + 5);
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                let want = autofusion_runtime::reference::run(g, &refs, &dims).unwrap();
+                let got = m
+                    .run(0, &refs)
+                    .unwrap_or_else(|e| panic!("{name}, opt_level {level}, S = {s}: {e}"));
+                common::assert_close(
+                    &format!("Ascend: {name}, opt_level {level}, dims = {s}"),
+                    &got,
+                    &want,
+                );
+            }
+            eprintln!("ok: {name}, opt_level {level} ({} kernels)", built.plan.groups.len());
+        }
+    }
+}

@@ -10,7 +10,6 @@
 use crate::dim::{numel, DimExpr};
 use crate::group::{iter_shape, GroupKind};
 use crate::ir::{Graph, NodeId, Op};
-use crate::kernels::{flash, horizontal, matmul, rows};
 use crate::layout::resolve;
 use crate::target::Target;
 use serde::{Deserialize, Serialize};
@@ -240,12 +239,7 @@ pub fn kernel_cost(
     est: &dyn Fn(&DimExpr) -> i64,
 ) -> Result<KernelCost, String> {
     let k = Kernel::new(g, users, members, kind, anchor, target, est);
-    match kind {
-        GroupKind::Elementwise | GroupKind::Concat => rows::cost::rows_cost(&k),
-        GroupKind::MatMul => matmul::cost::matmul_cost(&k),
-        GroupKind::Horizontal => horizontal::cost::horizontal_cost(&k),
-        GroupKind::FlashAttention => flash::cost::flash_cost(&k),
-    }
+    crate::kernels::of(kind).cost(&k)
 }
 
 /// What every kind of kernel is priced from: its members, the values it reads and writes,

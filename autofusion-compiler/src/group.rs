@@ -22,6 +22,16 @@ pub enum GroupKind {
     Horizontal,
 }
 
+impl GroupKind {
+    pub const ALL: [GroupKind; 5] = [
+        GroupKind::Elementwise,
+        GroupKind::MatMul,
+        GroupKind::Concat,
+        GroupKind::FlashAttention,
+        GroupKind::Horizontal,
+    ];
+}
+
 /// The matmuls of a horizontal group, each with the members it needs (its prologue and
 /// epilogue; a duplicated prologue belongs to every matmul that reads it).
 pub fn horizontal_parts(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, BTreeSet<NodeId>)> {

@@ -46,6 +46,9 @@ pub(super) struct Planner<'a> {
     pub(super) cache: RefCell<HashMap<(Vec<NodeId>, GroupKind), CostResult>>,
 }
 
+/// How the error of a group that fails its kind's `check` starts.
+const NOT_GENERATABLE: &str = "not generatable";
+
 pub(super) fn is_member_op(op: &Op) -> bool {
     !matches!(op, Op::Param { .. } | Op::Const { .. }) && !op.is_view()
 }
@@ -190,8 +193,21 @@ impl<'a> Planner<'a> {
             return c.clone();
         }
         let est = |d: &DimExpr| self.est(d);
-        let c =
-            crate::cost::kernel_cost(self.g, &self.users, members, kind, anchor, self.target, &est);
+        // A group the generators cannot emit is never priced, so never planned.
+        let c = crate::kernels::of(kind)
+            .check(self.g, members, anchor)
+            .map_err(|e| format!("{NOT_GENERATABLE}: {e}"))
+            .and_then(|()| {
+                crate::cost::kernel_cost(
+                    self.g,
+                    &self.users,
+                    members,
+                    kind,
+                    anchor,
+                    self.target,
+                    &est,
+                )
+            });
         self.cache.borrow_mut().insert(key, c.clone());
         c
     }

@@ -52,9 +52,7 @@ use super::emit::{c_string, Code, Emitter};
 use super::{file_header, Backend, Source, Toolchain};
 use crate::abi::{Work, ASCEND_CUBE_FIELDS, ASCEND_MAX_DIMS, ASCEND_TILING_FIELDS};
 use crate::dim::numel;
-use crate::group::GroupKind;
 use crate::ir::{Graph, NodeId};
-use crate::kernels::{concat, flash, matmul, rows};
 use crate::plan::{describe, Group, Plan, Rule, RuleSet};
 use crate::target::Target;
 use crate::{Unit, Variant};
@@ -237,41 +235,21 @@ fn module_table(plan: &Plan) -> Vec<NodeId> {
 /// What a kernel generator made besides code: the work DynamicTiling splits, whether the
 /// kernel uses the cube (mix 1:2) and with how many Matmul objects, and which operands it
 /// stages.
-struct Built {
-    work: Work,
-    mix: bool,
-    cube: u32,
-    stage_a: bool,
-    stage_b: bool,
+pub(crate) struct Emitted {
+    pub(crate) work: Work,
+    pub(crate) mix: bool,
+    pub(crate) cube: u32,
+    pub(crate) stage_a: bool,
+    pub(crate) stage_b: bool,
     /// Per Matmul object, the bytes of the A / B elements the cube reads.
-    cube_bytes: Vec<u32>,
+    pub(crate) cube_bytes: Vec<u32>,
 }
 
-/// The code of group `grp` written into `k` by the generator of its kind.
-fn gen_group(k: &mut K, grp: &Group, name: &str) -> Result<Built, String> {
-    let vector = |work| Built {
-        work,
-        mix: false,
-        cube: 0,
-        stage_a: false,
-        stage_b: false,
-        cube_bytes: vec![],
-    };
-    Ok(match grp.kind {
-        GroupKind::Elementwise => vector(rows::ascend::gen_rows(k, grp)),
-        GroupKind::Concat => vector(concat::ascend::gen_concat(k, grp)),
-        GroupKind::MatMul => {
-            let (work, stage_a, stage_b, ty) = matmul::ascend::gen_matmul(k, grp);
-            let cube_bytes = vec![ty.size() as u32];
-            Built { work, mix: true, cube: 1, stage_a, stage_b, cube_bytes }
-        }
-        GroupKind::FlashAttention => {
-            let (work, stage_a, stage_b, qk, pv) = flash::ascend::gen_flash(k, grp);
-            let cube_bytes = vec![qk.size() as u32, pv.size() as u32];
-            Built { work, mix: true, cube: 2, stage_a, stage_b, cube_bytes }
-        }
-        GroupKind::Horizontal => return Err(format!("{name}: horizontal matmul groups have no Ascend generator (plan without qkv_horizontal)")),
-    })
+impl Emitted {
+    /// A kernel of the vector cores alone (`KERNEL_TYPE_AIV_ONLY`).
+    pub(crate) fn vector(work: Work) -> Emitted {
+        Emitted { work, mix: false, cube: 0, stage_a: false, stage_b: false, cube_bytes: vec![] }
+    }
 }
 
 /// Kernel `ki` (group `grp`): its comment, its body as a device function and its `__global__`
@@ -298,7 +276,7 @@ fn gen_kernel(
         setup: Code::new(),
         body: Code::new(),
     };
-    let built = gen_group(&mut k, grp, &name)?;
+    let built = crate::kernels::of(grp.kind).ascend(&mut k, grp, &name)?;
     let ops = describe(g, grp);
     kernel_comment(code, g, grp, &name, &ops, built.mix);
     // Global names carry the module symbol: several modules link into one binary.

@@ -4,9 +4,9 @@
 //! kernel being written (`K`) with its setup, body and UB queues.
 
 use crate::codegen::emit::{c_float, Code, Emitter, Space};
-use crate::dim::{DimExpr, Shape};
-use crate::group::iter_shape;
+use crate::dim::Shape;
 use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
+use crate::kernels::rows::RowPhases;
 use crate::layout::resolve;
 use autofusion_ir::ops::fill;
 use std::collections::{BTreeMap, BTreeSet};
@@ -276,25 +276,6 @@ pub(crate) fn is_max(g: &Graph, m: NodeId) -> bool {
     matches!(g.node(m).op, Op::Reduce { kind: ReduceKind::Max, .. })
 }
 
-/// The phases of a rows job, as in the host generator: a full-width op runs in the chunk loop
-/// of its phase; a reduction accumulates in loop `a` and is ready after it.
-pub(crate) struct Phases {
-    /// The chunk loop computing each full-width value (row sources are read in loop 0).
-    pub(crate) phase: BTreeMap<NodeId, usize>,
-    /// The loop after which each row value (one scalar per row) is ready.
-    pub(crate) level: BTreeMap<NodeId, usize>,
-    /// The chunk loop accumulating each reduction.
-    pub(crate) reduce_loop: BTreeMap<NodeId, usize>,
-    pub(crate) n_loops: usize,
-}
-
-impl Phases {
-    /// The reductions accumulated in loop `p`.
-    pub(crate) fn reductions_in(&self, p: usize) -> Vec<NodeId> {
-        self.reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| *m).collect()
-    }
-}
-
 /// One chunk of a rows loop as it is written: the UB tensor holding each value read or
 /// computed so far, and the CopyIn queue tensors (value, queue, tensor, GM dtype), freed at
 /// the end of the chunk.
@@ -304,14 +285,6 @@ pub(crate) struct Chunk {
 }
 
 impl Job<'_> {
-    pub(crate) fn full(&self, id: NodeId) -> bool {
-        let g = self.g;
-        let mut row = self.space.clone();
-        *row.last_mut().unwrap() = DimExpr::constant(1);
-        self.space == row
-            || iter_shape(g, id) == self.space && !matches!(g.node(id).op, Op::Reduce { .. })
-    }
-
     /// Emit the code of one row (accesses' `<tag>_row<a>` offsets already computed).
     pub(crate) fn emit(&self, ub: &mut Ub, out: &mut Code) {
         let ph = self.phases();
@@ -324,34 +297,11 @@ impl Job<'_> {
         self.store_row_values(&ph, out);
     }
 
-    /// Which chunk loop computes each member, and after which loop each row value is ready.
-    pub(crate) fn phases(&self) -> Phases {
-        let g = self.g;
-        let mut phase: BTreeMap<NodeId, usize> = BTreeMap::new();
-        let mut level: BTreeMap<NodeId, usize> = BTreeMap::new();
-        let mut reduce_loop: BTreeMap<NodeId, usize> = BTreeMap::new();
-        for (&s, _) in self.srcs.iter().filter(|(_, s)| !matches!(s, Src::Scalar { .. })) {
-            phase.insert(s, 0);
-        }
-        for &m in &self.nodes {
-            let n = g.node(m);
-            let a = n
-                .inputs
-                .iter()
-                .map(|i| phase.get(i).or(level.get(i)).copied().unwrap_or(0))
-                .max()
-                .unwrap_or(0);
-            if matches!(n.op, Op::Reduce { .. }) {
-                reduce_loop.insert(m, a);
-                level.insert(m, a + 1);
-            } else if self.full(m) {
-                phase.insert(m, a);
-            } else {
-                level.insert(m, a);
-            }
-        }
-        let n_loops = phase.values().chain(reduce_loop.values()).map(|p| p + 1).max().unwrap_or(0);
-        Phases { phase, level, reduce_loop, n_loops }
+    /// Which chunk loop computes each member, and after which loop each row value is ready
+    /// (the rows kind's schedule, with the row sources streamed in loop 0).
+    pub(crate) fn phases(&self) -> RowPhases {
+        let streamed = self.srcs.iter().filter(|(_, s)| !matches!(s, Src::Scalar { .. }));
+        RowPhases::of(self.g, &self.nodes, &self.space, streamed.map(|(id, _)| *id))
     }
 
     /// The C name of row value `id` (a scalar source or a value computed once per row).
@@ -395,7 +345,7 @@ impl Job<'_> {
 
     /// The row values of level `lvl` (scalars: reductions' results and what is computed from
     /// them).
-    pub(crate) fn row_values(&self, ph: &Phases, lvl: usize, out: &mut Code) {
+    pub(crate) fn row_values(&self, ph: &RowPhases, lvl: usize, out: &mut Code) {
         let t = &self.tag;
         for &m in &self.nodes {
             if ph.level.get(&m) != Some(&lvl) {
@@ -424,7 +374,7 @@ impl Job<'_> {
 
     /// What loop `p` computes: its own full-width members, the inputs of its reductions, and
     /// (recomputed) everything of earlier phases they need.
-    pub(crate) fn loop_needs(&self, ph: &Phases, p: usize) -> BTreeSet<NodeId> {
+    pub(crate) fn loop_needs(&self, ph: &RowPhases, p: usize) -> BTreeSet<NodeId> {
         let g = self.g;
         let members: BTreeSet<NodeId> = self.nodes.iter().copied().collect();
         let mut need: BTreeSet<NodeId> = BTreeSet::new();
@@ -447,7 +397,7 @@ impl Job<'_> {
 
     /// Chunk loop `p`: its reductions' accumulators, then per chunk of `CH` columns CopyIn,
     /// Compute (the reductions accumulate) and CopyOut.
-    pub(crate) fn chunk_loop(&self, ub: &mut Ub, ph: &Phases, p: usize, out: &mut Code) {
+    pub(crate) fn chunk_loop(&self, ub: &mut Ub, ph: &RowPhases, p: usize, out: &mut Code) {
         let t = &self.tag;
         let need = self.loop_needs(ph, p);
         let reds = ph.reductions_in(p);
@@ -608,7 +558,7 @@ impl Job<'_> {
     pub(crate) fn copy_out(
         &self,
         ub: &mut Ub,
-        ph: &Phases,
+        ph: &RowPhases,
         p: usize,
         slots: &BTreeMap<NodeId, String>,
         out: &mut Code,
@@ -638,7 +588,7 @@ impl Job<'_> {
 
     /// Row values that are outputs (a reduction's result, a statistic): one scalar store per
     /// row, written back from the data cache.
-    pub(crate) fn store_row_values(&self, ph: &Phases, out: &mut Code) {
+    pub(crate) fn store_row_values(&self, ph: &RowPhases, out: &mut Code) {
         for (id, gm, off, d) in &self.outs {
             if ph.phase.contains_key(id) {
                 continue;

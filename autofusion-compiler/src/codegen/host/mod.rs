@@ -12,9 +12,7 @@ pub(crate) mod c;
 use super::emit::{c_string, Code, Emitter};
 use super::{file_header, Backend, Source, Toolchain};
 use crate::abi::{self, KernelMeta};
-use crate::group::GroupKind;
 use crate::ir::{Graph, NodeId};
-use crate::kernels::{concat, flash, horizontal, matmul, rows};
 use crate::plan::{describe, Group, Plan};
 use crate::target::Target;
 use crate::{report, ModuleMeta, Unit, Variant};
@@ -118,13 +116,7 @@ fn gen_kernel(code: &mut Code, g: &Graph, k: usize, grp: &Group) -> KernelMeta {
     let name = super::kernel_name(g, k, grp);
     let mut em = Emitter::new(g, buf, &name);
     let mut body = Code::at_depth(1);
-    let work = match grp.kind {
-        GroupKind::Elementwise => rows::host::gen_rows(&mut em, grp, &mut body),
-        GroupKind::MatMul => matmul::host::gen_matmul(&mut em, grp, &mut body),
-        GroupKind::Concat => concat::host::gen_concat(&mut em, grp, &mut body),
-        GroupKind::FlashAttention => flash::host::gen_flash(&mut em, grp, &mut body),
-        GroupKind::Horizontal => horizontal::host::gen_horizontal(&mut em, grp, &mut body),
-    };
+    let work = crate::kernels::of(grp.kind).host(&mut em, grp, &mut body);
     let ops = describe(g, grp);
     kernel_comment(code, g, grp, &name, &ops);
     let head = buffer_pointers(&em, grp, &buffers);

@@ -3,3 +3,44 @@
 pub(crate) mod ascend;
 pub(crate) mod cost;
 pub(crate) mod host;
+
+use super::KernelKind;
+use crate::abi::Work;
+use crate::codegen::ascend::vector::K;
+use crate::codegen::ascend::Emitted;
+use crate::codegen::emit::{Code, Emitter};
+use crate::cost::{Kernel, KernelCost};
+use crate::group::GroupKind;
+use crate::ir::{Graph, NodeId};
+use crate::plan::Group;
+use std::collections::BTreeSet;
+
+/// QK^T, the score chain, an online softmax and PV in one kernel.
+pub(crate) struct Flash;
+
+impl KernelKind for Flash {
+    fn group_kind(&self) -> GroupKind {
+        GroupKind::FlashAttention
+    }
+    fn check(
+        &self,
+        g: &Graph,
+        members: &BTreeSet<NodeId>,
+        _anchor: Option<NodeId>,
+    ) -> Result<(), String> {
+        crate::group::flash_parts(g, members)
+            .map(|_| ())
+            .ok_or_else(|| "the members are not one attention pattern".into())
+    }
+    fn cost(&self, k: &Kernel) -> Result<KernelCost, String> {
+        cost::flash_cost(k)
+    }
+    fn host(&self, em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
+        host::gen_flash(em, grp, body)
+    }
+    fn ascend(&self, k: &mut K, grp: &Group, _name: &str) -> Result<Emitted, String> {
+        let (work, stage_a, stage_b, qk, pv) = ascend::gen_flash(k, grp);
+        let cube_bytes = vec![qk.size() as u32, pv.size() as u32];
+        Ok(Emitted { work, mix: true, cube: 2, stage_a, stage_b, cube_bytes })
+    }
+}

@@ -2,3 +2,50 @@
 
 pub(crate) mod cost;
 pub(crate) mod host;
+
+use super::KernelKind;
+use crate::abi::Work;
+use crate::codegen::ascend::vector::K;
+use crate::codegen::ascend::Emitted;
+use crate::codegen::emit::{Code, Emitter};
+use crate::cost::{Kernel, KernelCost};
+use crate::group::GroupKind;
+use crate::ir::{Graph, NodeId};
+use crate::plan::Group;
+use std::collections::BTreeSet;
+
+/// Sibling matmuls reading one A operand, each with its prologue and epilogue, in one launch.
+pub(crate) struct Horizontal;
+
+impl KernelKind for Horizontal {
+    fn group_kind(&self) -> GroupKind {
+        GroupKind::Horizontal
+    }
+    fn check(
+        &self,
+        g: &Graph,
+        members: &BTreeSet<NodeId>,
+        _anchor: Option<NodeId>,
+    ) -> Result<(), String> {
+        let nodes: Vec<NodeId> = members.iter().copied().collect();
+        let parts = crate::group::horizontal_parts(g, &nodes);
+        if parts.len() < 2 {
+            return Err("a horizontal kernel holds at least two matmuls".into());
+        }
+        for (anchor, part) in &parts {
+            crate::kernels::matmul::check_part(g, *anchor, part)?;
+        }
+        Ok(())
+    }
+    fn cost(&self, k: &Kernel) -> Result<KernelCost, String> {
+        cost::horizontal_cost(k)
+    }
+    fn host(&self, em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
+        host::gen_horizontal(em, grp, body)
+    }
+    fn ascend(&self, _k: &mut K, _grp: &Group, name: &str) -> Result<Emitted, String> {
+        Err(format!(
+            "{name}: horizontal matmul groups have no Ascend generator (plan without qkv_horizontal)"
+        ))
+    }
+}

@@ -3,3 +3,79 @@
 pub(crate) mod ascend;
 pub(crate) mod cost;
 pub(crate) mod host;
+
+use super::KernelKind;
+use crate::abi::Work;
+use crate::codegen::ascend::vector::K;
+use crate::codegen::ascend::Emitted;
+use crate::codegen::emit::{Code, Emitter};
+use crate::cost::{Kernel, KernelCost};
+use crate::group::GroupKind;
+use crate::ir::{Graph, NodeId, Op};
+use crate::plan::Group;
+use std::collections::BTreeSet;
+
+/// One matmul with an elementwise prologue on A and an elementwise epilogue on C.
+pub(crate) struct MatMul;
+
+impl KernelKind for MatMul {
+    fn group_kind(&self) -> GroupKind {
+        GroupKind::MatMul
+    }
+    fn check(
+        &self,
+        g: &Graph,
+        members: &BTreeSet<NodeId>,
+        anchor: Option<NodeId>,
+    ) -> Result<(), String> {
+        let anchor = anchor.filter(|a| members.contains(a) && g.node(*a).op == Op::MatMul);
+        let anchor = anchor.ok_or("a matmul kernel is anchored at one of its matmuls")?;
+        check_part(g, anchor, members)
+    }
+    fn cost(&self, k: &Kernel) -> Result<KernelCost, String> {
+        cost::matmul_cost(k)
+    }
+    fn host(&self, em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
+        host::gen_matmul(em, grp, body)
+    }
+    fn ascend(&self, k: &mut K, grp: &Group, _name: &str) -> Result<Emitted, String> {
+        let (work, stage_a, stage_b, ty) = ascend::gen_matmul(k, grp);
+        let cube_bytes = vec![ty.size() as u32];
+        Ok(Emitted { work, mix: true, cube: 1, stage_a, stage_b, cube_bytes })
+    }
+}
+
+/// What the matmul at `anchor` may have around it in `members` (its part of the kernel): a
+/// prologue upstream of it (elementwise ops and row reductions, applied while A is packed) and
+/// an epilogue of elementwise ops with the matmul's output shape (applied as C is stored).
+pub(crate) fn check_part(
+    g: &Graph,
+    anchor: NodeId,
+    members: &BTreeSet<NodeId>,
+) -> Result<(), String> {
+    let prologue = crate::group::prologue_of(g, anchor, |m| members.contains(m));
+    crate::kernels::rows::row_ops_only(g, &prologue)?;
+    let out = &g.node(anchor).shape;
+    for m in members.iter().filter(|m| **m != anchor && !prologue.contains(m)) {
+        let n = g.node(*m);
+        if n.op == Op::MatMul {
+            return Err(format!("a second matmul `{}` in a matmul kernel", n.name));
+        }
+        if !n.op.is_elementwise() {
+            return Err(format!(
+                "`{}` ({}) in the epilogue of `{}`: an epilogue is elementwise",
+                n.name,
+                n.op.name(),
+                g.node(anchor).name
+            ));
+        }
+        if n.shape != *out {
+            return Err(format!(
+                "`{}` in the epilogue of `{}` does not have the matmul's output shape",
+                n.name,
+                g.node(anchor).name
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,9 +1,10 @@
 //! Rows kernels: the cost model's price.
 
+use super::RowPhases;
 use crate::cost::*;
-use crate::dim::{numel, DimExpr};
+use crate::dim::{numel, DimExpr, Shape};
 use crate::group::{space_of, GroupKind};
-use crate::ir::{Graph, NodeId, Op};
+use crate::ir::{Graph, NodeId};
 use std::collections::BTreeSet;
 
 /// Rows kernels (elementwise chains, reductions, concat): blocks of rows over the cores, row
@@ -47,7 +48,7 @@ pub(crate) fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
         // the row having just been read.
         let chunk = (((ub as f64 / per_col) / 16.0).floor() * 16.0).min(n.max(16.0));
         let use_ = vec![("ub".to_string(), cx.align(per_col * chunk.max(16.0)))];
-        (in_bytes * (row_passes(g, members) - 1) as f64, use_, chunk >= 16.0)
+        (in_bytes * (row_passes(g, kind, members, &space) - 1) as f64, use_, chunk >= 16.0)
     } else {
         // The host: a block streams one row at a time; later passes over a row (after a
         // reduction) re-read it from L1, not charged (measured: charging them at the in-cache
@@ -71,20 +72,12 @@ pub(crate) fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
     best(vec![(exec, mem, comp, wave, (bytes, llc), tiling, use_, ok)], launch, vec_flops)
 }
 
-/// The chunk loops a rows kernel makes over each row: one, plus one after each reduction that
-/// later full-width members depend on (the generators' phases).
-pub(crate) fn row_passes(g: &Graph, members: &BTreeSet<NodeId>) -> usize {
-    let mut level: std::collections::BTreeMap<NodeId, usize> = Default::default();
-    for m in members {
-        let l = g
-            .node(*m)
-            .inputs
-            .iter()
-            .filter(|i| members.contains(i))
-            .map(|i| level[i] + usize::from(matches!(g.node(*i).op, Op::Reduce { .. })))
-            .max()
-            .unwrap_or(0);
-        level.insert(*m, l);
+/// The loops a rows kernel makes over each row: the generators' schedule (`RowPhases`), at
+/// least one; a concat copies each row once.
+fn row_passes(g: &Graph, kind: GroupKind, members: &BTreeSet<NodeId>, space: &Shape) -> usize {
+    if kind == GroupKind::Concat {
+        return 1;
     }
-    1 + level.values().copied().max().unwrap_or(0)
+    let nodes: Vec<NodeId> = members.iter().copied().collect();
+    RowPhases::of(g, &nodes, space, []).n_loops.max(1)
 }

@@ -4,63 +4,100 @@ pub(crate) mod ascend;
 pub(crate) mod cost;
 pub(crate) mod host;
 
+use super::KernelKind;
+use crate::abi::Work;
+use crate::codegen::ascend::vector::K;
+use crate::codegen::ascend::Emitted;
+use crate::codegen::emit::{Code, Emitter};
+use crate::cost::{Kernel, KernelCost};
+use crate::group::GroupKind;
+
 use crate::dim::{DimExpr, Shape};
 use crate::group::iter_shape;
 use crate::ir::{Graph, NodeId, Op};
 use crate::plan::Group;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Where the members of an elementwise group run within a row.
-pub(crate) struct RowSchedule {
-    /// The column loop a full-width op runs in.
+/// Where the members of a rows kernel run within a row: the one schedule both generators
+/// emit and the cost model prices. A row is swept by `n_loops` column (host) or chunk (Ascend)
+/// loops; a full-width op runs in the loop of its phase; a reduction accumulates in a loop and
+/// is ready after it; a row value (one scalar per row) is computed between loops, at its level.
+pub(crate) struct RowPhases {
+    /// The loop computing each full-width value (sources streamed from memory: loop 0).
     pub(crate) phase: BTreeMap<NodeId, usize>,
-    /// The level a row value is ready at: computed before column loop `level` (after the last
-    /// loop for `n_loops`).
+    /// The level a row value is ready at: computed before loop `level` (after the last loop
+    /// for `n_loops`).
     pub(crate) level: BTreeMap<NodeId, usize>,
-    /// The column loop a reduction accumulates in (it is ready after it).
+    /// The loop a reduction accumulates in (it is ready after it).
+    pub(crate) reduce_loop: BTreeMap<NodeId, usize>,
+    pub(crate) n_loops: usize,
+}
+
+impl RowPhases {
+    /// The schedule of `nodes` (in topological order) over `space`; `streamed`: values read at
+    /// full width from memory, placed in loop 0.
+    pub(crate) fn of(
+        g: &Graph,
+        nodes: &[NodeId],
+        space: &Shape,
+        streamed: impl IntoIterator<Item = NodeId>,
+    ) -> RowPhases {
+        let mut phase: BTreeMap<NodeId, usize> = streamed.into_iter().map(|s| (s, 0)).collect();
+        let mut level: BTreeMap<NodeId, usize> = BTreeMap::new();
+        let mut reduce_loop: BTreeMap<NodeId, usize> = BTreeMap::new();
+        for &m in nodes {
+            let n = g.node(m);
+            let a = n
+                .inputs
+                .iter()
+                .map(|i| phase.get(i).or(level.get(i)).copied().unwrap_or(0))
+                .max()
+                .unwrap_or(0);
+            if matches!(n.op, Op::Reduce { .. }) {
+                reduce_loop.insert(m, a); // accumulates in loop `a`, ready after it
+                level.insert(m, a + 1);
+            } else if is_full_width(g, space, m) {
+                phase.insert(m, a);
+            } else {
+                level.insert(m, a);
+            }
+        }
+        let n_loops = phase.values().chain(reduce_loop.values()).map(|p| p + 1).max().unwrap_or(0);
+        RowPhases { phase, level, reduce_loop, n_loops }
+    }
+
+    /// The reductions accumulated in loop `p`.
+    pub(crate) fn reductions_in(&self, p: usize) -> Vec<NodeId> {
+        self.reduce_loop.iter().filter(|(_, q)| **q == p).map(|(m, _)| *m).collect()
+    }
+}
+
+/// Whether member `id` runs at full width over `space` (every column), not once per row.
+pub(crate) fn is_full_width(g: &Graph, space: &Shape, id: NodeId) -> bool {
+    let mut row = space.clone();
+    *row.last_mut().unwrap() = DimExpr::constant(1);
+    *space == row || iter_shape(g, id) == *space && !matches!(g.node(id).op, Op::Reduce { .. })
+}
+
+/// The host's rows schedule: the phases, and the row buffers of full-width values read in a
+/// later column loop than their own.
+pub(crate) struct RowSchedule {
+    pub(crate) phase: BTreeMap<NodeId, usize>,
+    pub(crate) level: BTreeMap<NodeId, usize>,
     pub(crate) reduce_loop: BTreeMap<NodeId, usize>,
     pub(crate) n_loops: usize,
     /// Row buffer index of every full-width value read in a later loop.
     pub(crate) rowbuf: BTreeMap<NodeId, usize>,
 }
 
-/// Assigns the members of an elementwise group over `space` to column loops and row levels.
+/// Assigns the members of a rows group over `space` to column loops and row levels.
 pub(crate) fn schedule_rows(
     g: &Graph,
     grp: &Group,
     space: &Shape,
     members: &BTreeSet<NodeId>,
 ) -> RowSchedule {
-    let row_shape = {
-        let mut r = space.clone();
-        *r.last_mut().unwrap() = DimExpr::constant(1);
-        r
-    };
-    let full = |id: NodeId| {
-        *space == row_shape
-            || iter_shape(g, id) == *space && !matches!(g.node(id).op, Op::Reduce { .. })
-    };
-    // Phases: a full-width op runs in the loop of its phase; a row value is ready at its level.
-    let mut phase: BTreeMap<NodeId, usize> = BTreeMap::new();
-    let mut level: BTreeMap<NodeId, usize> = BTreeMap::new();
-    let avail = |phase: &BTreeMap<NodeId, usize>,
-                 level: &BTreeMap<NodeId, usize>,
-                 i: NodeId|
-     -> usize { phase.get(&i).or(level.get(&i)).copied().unwrap_or(0) };
-    let mut reduce_loop: BTreeMap<NodeId, usize> = BTreeMap::new();
-    for &m in &grp.nodes {
-        let n = g.node(m);
-        let a = n.inputs.iter().map(|i| avail(&phase, &level, *i)).max().unwrap_or(0);
-        if matches!(n.op, Op::Reduce { .. }) {
-            reduce_loop.insert(m, a); // accumulates in loop `a`, ready after it
-            level.insert(m, a + 1);
-        } else if full(m) {
-            phase.insert(m, a);
-        } else {
-            level.insert(m, a);
-        }
-    }
-    let n_loops = phase.values().chain(reduce_loop.values()).map(|p| p + 1).max().unwrap_or(0);
+    let RowPhases { phase, level, reduce_loop, n_loops } = RowPhases::of(g, &grp.nodes, space, []);
     let rowbuf = row_buffers(g, members, &phase, &reduce_loop);
     RowSchedule { phase, level, reduce_loop, n_loops, rowbuf }
 }
@@ -85,4 +122,50 @@ pub(crate) fn row_buffers(
         }
     }
     rowbuf
+}
+
+/// Elementwise chains and last-axis reductions over one iteration space.
+pub(crate) struct Rows;
+
+impl KernelKind for Rows {
+    fn group_kind(&self) -> GroupKind {
+        GroupKind::Elementwise
+    }
+    fn check(
+        &self,
+        g: &Graph,
+        members: &BTreeSet<NodeId>,
+        _anchor: Option<NodeId>,
+    ) -> Result<(), String> {
+        row_ops_only(g, members)?;
+        let nodes: Vec<NodeId> = members.iter().copied().collect();
+        crate::group::space_of(g, &nodes).map(|_| ()).ok_or_else(|| {
+            "members iterate over different shapes (a rows kernel has one space)".into()
+        })
+    }
+    fn cost(&self, k: &Kernel) -> Result<KernelCost, String> {
+        cost::rows_cost(k)
+    }
+    fn host(&self, em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
+        host::gen_rows(em, grp, body)
+    }
+    fn ascend(&self, k: &mut K, grp: &Group, _name: &str) -> Result<Emitted, String> {
+        Ok(Emitted::vector(ascend::gen_rows(k, grp)))
+    }
+}
+
+/// Whether every member is elementwise or a reduction over its input's last axis: what a row
+/// loop computes.
+pub(crate) fn row_ops_only(g: &Graph, members: &BTreeSet<NodeId>) -> Result<(), String> {
+    for m in members {
+        let n = g.node(*m);
+        let ok = match n.op {
+            Op::Reduce { axis, .. } => axis + 1 == g.node(n.inputs[0]).shape.len(),
+            ref op => op.is_elementwise(),
+        };
+        if !ok {
+            return Err(format!("`{}` ({}) is not computed row by row", n.name, n.op.name()));
+        }
+    }
+    Ok(())
 }
