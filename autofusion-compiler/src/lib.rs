@@ -20,6 +20,7 @@ pub mod codegen;
 pub mod cost;
 pub mod diag;
 pub mod front;
+pub mod glue;
 pub mod group;
 mod kernels;
 pub mod layout;
