@@ -14,6 +14,27 @@ pub struct Memory {
     pub bytes: u64,
 }
 
+/// How a target's cores hold what a kernel works on: which on-chip budgets the cost model
+/// checks a kernel's tiles against, as the target's generator lays them out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnChip {
+    /// Hardware caches (the host): a rows kernel's row, a matmul block and an attention tile
+    /// live in the `l2` budget; later passes over a row hit L1 and are not charged.
+    #[default]
+    Caches,
+    /// Software-managed buffers (Ascend): vector work streams rows through `ub` in chunks
+    /// (later passes re-read them from L2); the cube stages operands in `l1`, `l0a`, `l0b`
+    /// and accumulates in `l0c`.
+    Scratchpads,
+}
+
+impl OnChip {
+    fn is_caches(&self) -> bool {
+        *self == OnChip::Caches
+    }
+}
+
 /// Where `autofusion-build` caches the calibrated host profile, relative to cargo's target
 /// directory (versioned with the profile's fields).
 pub const HOST_PROFILE_CACHE: &str = "autofusion/host-profile-v8.json";
@@ -73,6 +94,9 @@ pub struct Target {
     /// 2 on Ascend: the cube takes f16/bf16).
     pub matmul_operand_bytes: u64,
     pub memories: Vec<Memory>,
+    /// How the cores hold a kernel's working data (which of `memories` each kind's tiles use).
+    #[serde(default, skip_serializing_if = "OnChip::is_caches")]
+    pub on_chip: OnChip,
     /// A plan may use at most this fraction of each memory.
     pub onchip_fraction: f64,
     /// Where each number comes from (measured, documented, or assumed).
@@ -82,6 +106,14 @@ pub struct Target {
 impl Target {
     pub fn memory(&self, name: &str) -> Option<u64> {
         self.memories.iter().find(|m| m.name == name).map(|m| m.bytes)
+    }
+
+    /// The memory vector work (rows kernels, epilogues, softmax tiles) holds its data in.
+    pub fn vector_memory(&self) -> &'static str {
+        match self.on_chip {
+            OnChip::Caches => "l2",
+            OnChip::Scratchpads => "ub",
+        }
     }
 
     /// Capacity a plan may use in memory `name`.
@@ -124,6 +156,7 @@ impl Target {
             double_buffer: false,
             matmul_operand_bytes: 4,
             memories: vec![Memory { name: "l1".into(), bytes: l1 }, Memory { name: "l2".into(), bytes: l2 }],
+            on_chip: OnChip::Caches,
             onchip_fraction: 0.8,
             sources: vec![
                 format!("cores: available_parallelism = {cores}"),
@@ -173,6 +206,7 @@ impl Target {
                 Memory { name: "l0b".into(), bytes: 65_536 },
                 Memory { name: "l0c".into(), bytes: 131_072 },
             ],
+            on_chip: OnChip::Scratchpads,
             onchip_fraction: 0.8,
             sources: vec![
                 "cores, UB/L1/L0 sizes, 32 B alignment, cube 8192 FLOP/cycle: asc-devkit NPU arch 2201 constraint pages".into(),

@@ -60,8 +60,7 @@ pub(crate) fn flash_cost(k: &Kernel) -> Result<KernelCost, String> {
             let (kv_hbm, kv_llc) = cx.reread(kv_bytes / batch, kv_reads);
             let bytes = (q_bytes + kv_hbm * batch + mask_bytes + out_bytes, kv_llc * batch);
             let onchip = (br * d + (bc * d + bc * dv) * db + br * bc + br * dv) * 4.0;
-            let mem_name = if target.memory("ub").is_some() { "ub" } else { "l2" };
-            let use_ = vec![(mem_name.to_string(), cx.align(onchip))];
+            let use_ = vec![(target.vector_memory().to_string(), cx.align(onchip))];
             let eff = (br / (br + 8.0)) * (bc / (bc + 16.0));
             // One exp per score, plus the rescale per row and key block.
             let t_exp = batch * sq * sk + batch * sq * (sk / bc).ceil();

@@ -3,6 +3,7 @@
 use crate::cost::*;
 use crate::dim::numel;
 use crate::ir::NodeId;
+use crate::target::OnChip;
 use crate::target::Target;
 use std::collections::BTreeSet;
 
@@ -188,7 +189,7 @@ pub(crate) fn matmul_onchip(
 ) -> Vec<(String, u64)> {
     let ob = target.matmul_operand_bytes as f64;
     let db = if target.double_buffer { 2.0 } else { 1.0 };
-    if target.memory("ub").is_some() {
+    if target.on_chip == OnChip::Scratchpads {
         let k0 = kc.min(64.0);
         vec![
             ("l1".into(), cx.align((mc * kc + kc * nc) * ob * db)),
@@ -197,10 +198,13 @@ pub(crate) fn matmul_onchip(
             ("l0c".into(), cx.align(mc * nc * 4.0)),
             // The epilogue streams each C row (from the AIV's GM tile) with its inputs
             // through UB in chunks of at most the tile's width, as rows kernels do.
-            ("ub".into(), cx.align(nc.min(256.0) * 4.0 * ((1.0 + epi_inputs as f64) * db + 1.0))),
+            (
+                target.vector_memory().into(),
+                cx.align(nc.min(256.0) * 4.0 * ((1.0 + epi_inputs as f64) * db + 1.0)),
+            ),
         ]
     } else {
-        vec![("l2".into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
+        vec![(target.vector_memory().into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
     }
 }
 

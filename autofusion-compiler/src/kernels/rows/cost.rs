@@ -5,6 +5,7 @@ use crate::cost::*;
 use crate::dim::{numel, DimExpr, Shape};
 use crate::group::{space_of, GroupKind};
 use crate::ir::{Graph, NodeId};
+use crate::target::OnChip;
 use std::collections::BTreeSet;
 
 /// Rows kernels (elementwise chains, reductions, concat): blocks of rows over the cores, row
@@ -41,19 +42,21 @@ pub(crate) fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
     let kept = members.iter().filter(|m| full(**m) && g.node(**m).shape == space).count();
     let db = if target.double_buffer { 2.0 } else { 1.0 };
     let per_col = (streams as f64 * db + kept as f64) * 4.0;
-    let (llc, use_, ok) = if let Some(ub) = target.budget("ub") {
+    let memory = target.vector_memory();
+    let (llc, use_, ok) = if target.on_chip == OnChip::Scratchpads {
+        let ub = target.budget(memory).unwrap_or(0);
         // Ascend: each AIV streams one row at a time through UB in chunks of up to `chunk`
         // columns (the generator's `Ub::per_col` x `CH`), so any row length fits once 16
         // columns do. Every chunk loop after the first re-reads the row's sources: from L2,
         // the row having just been read.
         let chunk = (((ub as f64 / per_col) / 16.0).floor() * 16.0).min(n.max(16.0));
-        let use_ = vec![("ub".to_string(), cx.align(per_col * chunk.max(16.0)))];
+        let use_ = vec![(memory.to_string(), cx.align(per_col * chunk.max(16.0)))];
         (in_bytes * (row_passes(g, kind, members, &space) - 1) as f64, use_, chunk >= 16.0)
     } else {
         // The host: a block streams one row at a time; later passes over a row (after a
         // reduction) re-read it from L1, not charged (measured: charging them at the in-cache
         // bandwidth made fused norms look slower than their parts, which they are not).
-        let use_ = vec![("l2".to_string(), cx.align(per_col * n))];
+        let use_ = vec![(memory.to_string(), cx.align(per_col * n))];
         let ok = cx.fits(&use_);
         (0.0, use_, ok)
     };
