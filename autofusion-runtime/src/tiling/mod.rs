@@ -1,9 +1,38 @@
 //! DynamicTiling: the blocking of every kernel chosen from the bound shape at run time, and
-//! cached per (module, dims) by the executor. The blocking limits are the ABI's
+//! cached per (module, dims) by the executor. One module per kind of work (`abi::Work`):
+//! `rows`, `matmul`, `horizontal`, `flash`, each with its host and its Ascend choice. The blocking limits are the ABI's
 //! (`autofusion_ir::abi::MC_MAX` ...), which the host profile also reads, so the cost model
 //! prices these tilings.
 
+mod flash;
+mod horizontal;
+mod matmul;
+mod rows;
+
 use autofusion_ir::abi::{Work, ASCEND_CUBE_FIELDS, MR_MAX, NR_MAX, TILING_FIELDS};
+use autofusion_ir::dim::DimExpr;
+use autofusion_ir::AscendKernel;
+
+/// The bound dims as a function of a dim expression.
+type Eval<'a> = &'a dyn Fn(&DimExpr) -> i64;
+
+/// What every kind's host DynamicTiling reads: the bound dims and the worker count.
+#[derive(Clone, Copy)]
+struct HostCx<'a> {
+    eval: Eval<'a>,
+    threads: i64,
+}
+
+/// What every kind's Ascend DynamicTiling reads: the kernel, the bound dims, the UB columns a
+/// chunk may take (`fit`), the device's cores and the pipeline launch's AIVs, if any.
+#[derive(Clone, Copy)]
+struct AscendCx<'a> {
+    kernel: &'a AscendKernel,
+    eval: Eval<'a>,
+    fit: i64,
+    cores: AscendCores,
+    pipeline_aivs: Option<i64>,
+}
 
 /// `af_tiling` of the kernel ABI (`autofusion_ir::abi`), field for field.
 #[repr(C)]
@@ -53,96 +82,12 @@ pub fn choose(
     eval: &dyn Fn(&autofusion_ir::dim::DimExpr) -> i64,
     threads: usize,
 ) -> (Tiling, usize) {
-    let t = threads.max(1) as i64;
+    let cx = HostCx { eval, threads: threads.max(1) as i64 };
     match work {
-        Work::Rows { rows, n, row_buffers } => {
-            let (r, n) = (eval(rows).max(0), eval(n).max(1));
-            let (block_num, rpb) = split(r, r * n >= MIN_PARALLEL_ELEMS, 4 * t);
-            let tiling = Tiling { block_num, rows_per_block: rpb, units: r, ..Default::default() };
-            (tiling, *row_buffers as usize * n as usize)
-        }
-        Work::MatMul { batch, m, n, k } => {
-            let (b, m, n, k) = (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(k).max(0));
-            let (mc, kc) = (m.clamp(1, MC_MAX), k.clamp(1, KC_MAX));
-            let mut nc = n.clamp(1, NC_MAX);
-            let units_for = |nc: i64| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc);
-            // Small M (decode): split N finer so every thread has work.
-            while units_for(nc) < 2 * t && nc > NR_MAX {
-                nc = (nc / 2 + NR_MAX - 1) / NR_MAX * NR_MAX;
-            }
-            let units = units_for(nc);
-            let flops = flops(&[2, b, m, n, k]);
-            let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
-            let tiling =
-                Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
-            (tiling, gemm_scratch(mc, nc, kc))
-        }
-        Work::Horizontal { parts } => {
-            let ps: Vec<(i64, i64, i64, i64)> = parts
-                .iter()
-                .map(|(b, m, n, k)| {
-                    (eval(b).max(0), eval(m).max(0), eval(n).max(0), eval(k).max(0))
-                })
-                .collect();
-            let mc = ps.iter().map(|p| p.1).max().unwrap_or(1).clamp(1, MC_MAX);
-            let kc = ps.iter().map(|p| p.3).max().unwrap_or(1).clamp(1, KC_MAX);
-            let mut nc = ps.iter().map(|p| p.2).max().unwrap_or(1).clamp(1, NC_MAX);
-            let units_for = |nc: i64| {
-                ps.iter()
-                    .map(|(b, m, n, _)| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc))
-                    .sum::<i64>()
-            };
-            while units_for(nc) < 2 * t && nc > NR_MAX {
-                nc = (nc / 2 + NR_MAX - 1) / NR_MAX * NR_MAX;
-            }
-            let units = units_for(nc);
-            let flops: i64 = ps
-                .iter()
-                .map(|(b, m, n, k)| flops(&[2, *b, *m, *n, *k]))
-                .fold(0, i64::saturating_add);
-            let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
-            let tiling =
-                Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
-            (tiling, gemm_scratch(mc, nc, kc))
-        }
-        Work::Flash { batch, sq, sk, d, dv } => {
-            let (b, sq, sk, d, dv) = (
-                eval(batch).max(0),
-                eval(sq).max(0),
-                eval(sk).max(1),
-                eval(d).max(1),
-                eval(dv).max(1),
-            );
-            let mut br = sq.clamp(1, BR_MAX);
-            let bc = sk.clamp(1, BC_MAX);
-            // Enough query blocks to keep every thread busy.
-            while b * ((sq + br - 1) / br) < 2 * t && br > 4 {
-                br /= 2;
-            }
-            // A unit is `qpu` query blocks of one head and packs that head's K and V once:
-            // as many blocks per unit as still leaves two units per thread.
-            let qt = (sq + br - 1) / br;
-            let groups = ((2 * t + b.max(1) - 1) / b.max(1)).clamp(1, qt.max(1));
-            let qpu = ((qt + groups - 1) / groups).max(1);
-            let units = b * ((qt + qpu - 1) / qpu);
-            let flops = flops(&[4, b, sq, sk, d]);
-            let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
-            let tiling = Tiling {
-                block_num,
-                rows_per_block: upb,
-                mc: br,
-                nc: bc,
-                kc: qpu,
-                units,
-                ..Default::default()
-            };
-            let skp = (sk + NR_MAX - 1) / NR_MAX * NR_MAX;
-            (
-                tiling,
-                (d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br)
-                    as usize,
-            )
-        }
+        Work::Rows { rows, n, row_buffers } => rows::host(&cx, rows, n, *row_buffers),
+        Work::MatMul { batch, m, n, k } => matmul::host(&cx, batch, m, n, k),
+        Work::Horizontal { parts } => horizontal::host(&cx, parts),
+        Work::Flash { batch, sq, sk, d, dv } => flash::host(&cx, batch, sq, sk, d, dv),
     }
 }
 
@@ -360,105 +305,12 @@ pub fn choose_ascend(
             k.name, k.ub_per_col, k.ub_fixed, (ASCEND_UB_BYTES as f64 * ASCEND_UB_SHARE) as i64
         ));
     }
-    let mut t = AscendTiling::default();
+    let cx = AscendCx { kernel: k, eval, fit, cores, pipeline_aivs };
     match &k.work {
-        Work::Rows { rows, n, .. } => {
-            let (r, n) = (eval(rows).max(0), eval(n).max(0));
-            t.chunk = fit.min(round_up(n.max(1), 16));
-            let aivs = pipeline_aivs.unwrap_or_else(|| r.clamp(1, cores.aiv));
-            t.block_num = aivs;
-            let launch =
-                AscendLaunch { tiling: t, block_dim: aivs as u32, empty: r == 0 || n == 0 };
-            Ok((launch, 0))
-        }
-        Work::MatMul { batch, m, n, k: kk } => {
-            let (b, m, n, kd) =
-                (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(kk).max(0));
-            let (mut mc, mut nc) = (m.clamp(1, ASCEND_TILE_MAX), n.clamp(1, ASCEND_TILE_MAX));
-            let units = |mc: i64, nc: i64| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc);
-            // Enough tiles for every AIV before tiles shrink below 32 x 32.
-            while units(mc, nc) < 2 * cores.groups() && (nc > 32 || mc > 32) {
-                if nc >= mc {
-                    nc = round_up(nc / 2, 16).max(16).min(n.max(1));
-                } else {
-                    mc = round_up(mc / 2, 16).max(16).min(m.max(1));
-                }
-            }
-            let groups = pipeline_aivs
-                .map(|a| a / 2)
-                .unwrap_or_else(|| ((units(mc, nc) + 1) / 2).clamp(1, cores.groups()));
-            let aivs = 2 * groups;
-            t.chunk = fit.min(round_up(kd.max(n).max(1), 16));
-            t.mc = mc;
-            t.nc = nc;
-            t.block_num = groups;
-            // Bytes as the cube reads the operands (a staged copy is in the same type).
-            let esz = cube_bytes(k, 0)?;
-            let (mt, nt) = ((m + mc - 1) / mc, (n + nc - 1) / nc);
-            t.n_major = i64::from(autofusion_ir::abi::ascend_n_major(
-                (b * m * kd * esz as i64) as f64,
-                (b * kd * n * esz as i64) as f64,
-                mt as f64,
-                nt as f64,
-            ));
-            t.cube[0] = cube_tiling(m.max(1), n.max(1), kd.max(1), mc, nc, groups);
-            check_cube_tiling(&t.cube[0], cores.aic, esz)
-                .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
-            // Staged copies in floats of the workspace (a 16-bit copy takes fewer: this bounds it).
-            let stage =
-                if k.stage_a { b * m * kd } else { 0 } + if k.stage_b { b * kd * n } else { 0 };
-            let ws = (stage + aivs * mc * nc) as usize * 4;
-            t.ws_floats = ws as i64 / 4;
-            let launch = AscendLaunch {
-                tiling: t,
-                block_dim: groups as u32,
-                empty: b == 0 || m == 0 || n == 0,
-            };
-            Ok((launch, ws))
-        }
-        Work::Flash { batch, sq, sk, d, dv } => {
-            let (b, sq, sk, d, dv) = (
-                eval(batch).max(0),
-                eval(sq).max(0),
-                eval(sk).max(0),
-                eval(d).max(1),
-                eval(dv).max(1),
-            );
-            let mut br = sq.clamp(1, 64);
-            let bc = sk.clamp(1, ASCEND_TILE_MAX);
-            while b * ((sq + br - 1) / br) < 2 * cores.groups() && br > 16 {
-                br = round_up(br / 2, 16).max(16);
-            }
-            let units = b * ((sq + br - 1) / br);
-            let groups = pipeline_aivs
-                .map(|a| a / 2)
-                .unwrap_or_else(|| ((units + 1) / 2).clamp(1, cores.groups()));
-            let aivs = 2 * groups;
-            t.chunk = fit.min(round_up(bc.max(dv).max(d), 16));
-            t.br = br;
-            t.bc = bc;
-            t.block_num = groups;
-            // QK^T: br x bc by d; PV: br x dv by bc.
-            t.cube[0] = cube_tiling(sq.max(1), sk.max(1), d, br, bc, groups);
-            t.cube[1] = cube_tiling(sq.max(1), dv, sk.max(1), br, dv, groups);
-            for (i, ct) in t.cube.iter().enumerate() {
-                check_cube_tiling(ct, cores.aic, cube_bytes(k, i)?)
-                    .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
-            }
-            let stage = if k.stage_a { b * sq * d } else { 0 }
-                + if k.stage_b { b * (d * sk + sk * dv) } else { 0 };
-            // Per AIV: the score tile (S, then P in place) and the output accumulator, and P
-            // in V's type when the second product is 16-bit (as the generated `PER`).
-            let p16 = if cube_bytes(k, 1)? == 2 { (br * bc + 1) / 2 } else { 0 };
-            let ws = (stage + aivs * (br * bc + br * dv + p16)) as usize * 4;
-            t.ws_floats = ws as i64 / 4;
-            let launch =
-                AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || sq == 0 };
-            Ok((launch, ws))
-        }
-        Work::Horizontal { .. } => {
-            Err(format!("kernel `{}`: horizontal groups have no Ascend tiling", k.name))
-        }
+        Work::Rows { rows, n, .. } => rows::ascend(&cx, rows, n),
+        Work::MatMul { batch, m, n, k: kk } => matmul::ascend(&cx, batch, m, n, kk),
+        Work::Flash { batch, sq, sk, d, dv } => flash::ascend(&cx, batch, sq, sk, d, dv),
+        Work::Horizontal { .. } => horizontal::ascend(&cx),
     }
 }
 

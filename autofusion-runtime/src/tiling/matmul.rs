@@ -1,0 +1,77 @@
+//! DynamicTiling of matmul kernels: output tiles of `mc x nc`, K in `kc` slices.
+
+use super::*;
+
+/// The blocking on the host's worker threads, and the scratch floats one block needs.
+pub(super) fn host(
+    cx: &HostCx,
+    batch: &DimExpr,
+    m: &DimExpr,
+    n: &DimExpr,
+    k: &DimExpr,
+) -> (Tiling, usize) {
+    let HostCx { eval, threads: t } = *cx;
+    let (b, m, n, k) = (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(k).max(0));
+    let (mc, kc) = (m.clamp(1, MC_MAX), k.clamp(1, KC_MAX));
+    let mut nc = n.clamp(1, NC_MAX);
+    let units_for = |nc: i64| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc);
+    // Small M (decode): split N finer so every thread has work.
+    while units_for(nc) < 2 * t && nc > NR_MAX {
+        nc = (nc / 2 + NR_MAX - 1) / NR_MAX * NR_MAX;
+    }
+    let units = units_for(nc);
+    let flops = flops(&[2, b, m, n, k]);
+    let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
+    let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
+    (tiling, gemm_scratch(mc, nc, kc))
+}
+
+/// The launch on an Ascend device, and the user-workspace bytes the kernel needs.
+pub(super) fn ascend(
+    cx: &AscendCx,
+    batch: &DimExpr,
+    m: &DimExpr,
+    n: &DimExpr,
+    kk: &DimExpr,
+) -> Result<(AscendLaunch, usize), String> {
+    let AscendCx { kernel: k, eval, fit, cores, pipeline_aivs } = *cx;
+    let mut t = AscendTiling::default();
+    let (b, m, n, kd) = (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(kk).max(0));
+    let (mut mc, mut nc) = (m.clamp(1, ASCEND_TILE_MAX), n.clamp(1, ASCEND_TILE_MAX));
+    let units = |mc: i64, nc: i64| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc);
+    // Enough tiles for every AIV before tiles shrink below 32 x 32.
+    while units(mc, nc) < 2 * cores.groups() && (nc > 32 || mc > 32) {
+        if nc >= mc {
+            nc = round_up(nc / 2, 16).max(16).min(n.max(1));
+        } else {
+            mc = round_up(mc / 2, 16).max(16).min(m.max(1));
+        }
+    }
+    let groups = pipeline_aivs
+        .map(|a| a / 2)
+        .unwrap_or_else(|| ((units(mc, nc) + 1) / 2).clamp(1, cores.groups()));
+    let aivs = 2 * groups;
+    t.chunk = fit.min(round_up(kd.max(n).max(1), 16));
+    t.mc = mc;
+    t.nc = nc;
+    t.block_num = groups;
+    // Bytes as the cube reads the operands (a staged copy is in the same type).
+    let esz = cube_bytes(k, 0)?;
+    let (mt, nt) = ((m + mc - 1) / mc, (n + nc - 1) / nc);
+    t.n_major = i64::from(autofusion_ir::abi::ascend_n_major(
+        (b * m * kd * esz as i64) as f64,
+        (b * kd * n * esz as i64) as f64,
+        mt as f64,
+        nt as f64,
+    ));
+    t.cube[0] = cube_tiling(m.max(1), n.max(1), kd.max(1), mc, nc, groups);
+    check_cube_tiling(&t.cube[0], cores.aic, esz)
+        .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
+    // Staged copies in floats of the workspace (a 16-bit copy takes fewer: this bounds it).
+    let stage = if k.stage_a { b * m * kd } else { 0 } + if k.stage_b { b * kd * n } else { 0 };
+    let ws = (stage + aivs * mc * nc) as usize * 4;
+    t.ws_floats = ws as i64 / 4;
+    let launch =
+        AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || m == 0 || n == 0 };
+    Ok((launch, ws))
+}
