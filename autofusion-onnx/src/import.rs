@@ -25,8 +25,6 @@ pub struct Imported {
     pub graph: Graph,
     /// Parameters that are initializers (weights), by parameter index.
     pub weights: Vec<(usize, String)>,
-    /// The model's default-domain opset.
-    pub opset: i64,
     /// Nodes left out of the IR (`import_partial` only): (node name, why).
     pub left: Vec<(String, String)>,
     /// Parameters standing for the outputs of nodes left out, by parameter index.
@@ -220,7 +218,7 @@ fn import_with(model: &Model, name: &str, partial: bool) -> Result<Imported, Onn
     }
     let Importer { b, weights, .. } = im;
     let graph = b.finish().map_err(|e| OnnxError::model(e.to_string()))?;
-    Ok(Imported { graph, weights, opset, left, boundary, merged })
+    Ok(Imported { graph, weights, left, boundary, merged })
 }
 
 /// The dtype and shape of a graph input; `dim_param` names become dynamic dims.

@@ -126,9 +126,6 @@ impl Backend for Ascend {
 /// Generated Ascend C for one graph variant.
 pub struct AscendSource {
     pub code: String,
-    pub kernels: Vec<AscendKernel>,
-    /// Module buffers in args-table order (after the dims).
-    pub buffers: Vec<NodeId>,
     /// `extern "C" int32_t <launch>(uint32_t kernel, uint32_t block_dim, void *stream,
     /// uint8_t *args, uint8_t *tilings, uint8_t *workspace)`; kernel = n_kernels launches the
     /// pipeline kernel.
@@ -202,21 +199,14 @@ pub fn generate(
     pipeline(&mut code, symbol, &bodies);
     let launch = launcher(&mut code, symbol, &bodies);
     let json = autofusion_ir::json::write(&AscendMeta {
-        kernels: kernels.clone(),
-        buffers: table.clone(),
+        kernels,
+        buffers: table,
         pipeline: plan.pipeline,
     });
     let entry = format!("{symbol}_ascend_json");
     let _ = writeln!(code, "static const char af_ascend_json[] = {};", c_string(&json));
     let _ = writeln!(code, "extern \"C\" const char *{entry}(void) {{ return af_ascend_json; }}");
-    Ok(AscendSource {
-        code: code.finish(),
-        kernels,
-        buffers: table,
-        launch,
-        entry,
-        meta_json: json,
-    })
+    Ok(AscendSource { code: code.finish(), launch, entry, meta_json: json })
 }
 
 /// Module buffers: every value a kernel reads or writes, in first-use order.
