@@ -32,8 +32,20 @@ fn layer_graphs_generate_and_compile() {
     autofusion_compiler::codegen::write_headers(&dir.join("include")).unwrap();
     let mut all = units("../examples/seed_layer.rs");
     all.extend(units("../tests/layers/mod.rs"));
+    assert!(!all.is_empty(), "the layer files hold graphs");
     let t = Target::ascend910b();
-    let mut n = 0;
+    let bisheng = bisheng();
+    if bisheng.is_none() {
+        // CI builds ascend-sim first and asks for the compile: there a missing toolkit fails.
+        assert!(
+            std::env::var("AUTOFUSION_REQUIRE_ASCEND_SIM").is_err(),
+            "AUTOFUSION_REQUIRE_ASCEND_SIM is set but no bisheng / libascendcl.so under ASCEND_HOME_PATH or ../ascend-sim (make -C ascend-sim)"
+        );
+        eprintln!(
+            "NOT RUN: the compile step (no bisheng: make -C ascend-sim, or set ASCEND_HOME_PATH)"
+        );
+    }
+    let mut compiled = 0;
     for u in &all {
         for v in [Variant::Unfused, Variant::Fused] {
             let built =
@@ -44,8 +56,8 @@ fn layer_graphs_generate_and_compile() {
             let src = &built.source;
             let f = dir.join(format!("{}.asc", u.symbol(v)));
             std::fs::write(&f, &src.code).unwrap();
-            if let Some(b) = bisheng() {
-                let out = Command::new(&b)
+            if let Some(b) = &bisheng {
+                let out = Command::new(b)
                     .args(["--npu-arch=dav-2201", "-O0", "-Wall", "-Werror"])
                     .arg(format!("-I{}", dir.join("include").display()))
                     .args(["-c", "-o"])
@@ -59,9 +71,11 @@ fn layer_graphs_generate_and_compile() {
                     f.display(),
                     String::from_utf8_lossy(&out.stderr)
                 );
+                compiled += 1;
             }
-            n += 1;
         }
     }
-    assert_eq!(n, 2 * all.len(), "every layer graph generates both variants");
+    if bisheng.is_some() {
+        assert_eq!(compiled, 2 * all.len(), "every layer graph's two variants compiled");
+    }
 }

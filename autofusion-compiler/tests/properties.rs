@@ -88,10 +88,16 @@ fn random_plans_are_valid_and_deterministic() {
             // Determinism.
             let again = plan(g, level, rules, &hints, target);
             assert_eq!(report::plan_json(g, &p), report::plan_json(g, &again), "{ctx}");
-            // Every candidate is explained.
+            // Every rejected candidate says why in words (its reason code is a fixed name).
             for c in &p.candidates {
-                if let autofusion_compiler::plan::Decision::Rejected { reason, .. } = &c.decision {
-                    assert!(!reason.code().is_empty());
+                if let autofusion_compiler::plan::Decision::Rejected { reason, detail } =
+                    &c.decision
+                {
+                    assert!(
+                        !detail.trim().is_empty(),
+                        "{ctx}: a {} rejection with no detail",
+                        reason.code()
+                    );
                 }
             }
         }

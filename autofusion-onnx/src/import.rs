@@ -585,178 +585,44 @@ impl Importer<'_> {
         }
         let a = Attrs(&n.attribute);
         let name = Self::name(n);
-        let input = |i: usize| n.input.get(i).filter(|s| !s.is_empty()).cloned();
-        let need = |i: usize| input(i).ok_or_else(|| format!("input {i} is missing"));
-        let bin = |op: &str| match op {
-            "Add" => Some(BinaryOp::Add),
-            "Sub" => Some(BinaryOp::Sub),
-            "Mul" => Some(BinaryOp::Mul),
-            "Div" => Some(BinaryOp::Div),
-            "Pow" => Some(BinaryOp::Pow),
-            "Max" => Some(BinaryOp::Max),
-            "Min" => Some(BinaryOp::Min),
-            _ => None,
-        };
-        let un = |op: &str| match op {
-            "Neg" => Some(UnaryOp::Neg),
-            "Exp" => Some(UnaryOp::Exp),
-            "Log" => Some(UnaryOp::Log),
-            "Sqrt" => Some(UnaryOp::Sqrt),
-            "Tanh" => Some(UnaryOp::Tanh),
-            "Sigmoid" => Some(UnaryOp::Sigmoid),
-            "Relu" => Some(UnaryOp::Relu),
-            "Erf" => Some(UnaryOp::Erf),
-            "Sin" => Some(UnaryOp::Sin),
-            "Cos" => Some(UnaryOp::Cos),
-            _ => None,
-        };
         let op = n.op_type.as_str();
-        let out = if let Some(b) = bin(op) {
-            let mut acc = self.val(&need(0)?)?;
-            for i in 1..n.input.len() {
-                let y = self.val(&need(i)?)?;
-                acc = self.bin(b, acc, y, &name)?;
-            }
-            acc
-        } else if let Some(u) = un(op) {
-            let x = self.node_of(&need(0)?)?;
-            Val::Node(self.b.unary(u, x, &name).map_err(|e| e.msg)?)
+        let out = if let Some(v) = self.elementwise(n, &a, &name)? {
+            v
+        } else if let Some(v) = self.layout(n, &a, &name)? {
+            v
+        } else if let Some(v) = self.folded(n, &a)? {
+            v
         } else {
             match op {
-                "Identity" => self.val(&need(0)?)?,
+                "Identity" => self.val(&need(n, 0)?)?,
                 // Inference: Dropout passes its input through (its `training_mode` input,
                 // opset 12+, must then be absent or false; its mask output unused).
                 "Dropout" => {
-                    if let Some(tm) = input(2) {
+                    if let Some(tm) = input(n, 2) {
                         if self.const_ints(&tm)?.iter().any(|v| *v != 0) {
                             return Err("Dropout in training mode is not inference".into());
                         }
                     }
-                    self.val(&need(0)?)?
+                    self.val(&need(n, 0)?)?
                 }
-                "Reciprocal" => {
-                    let x = self.node_of(&need(0)?)?;
-                    let one = self.b.constant(1.0, self.b.node(x).dtype);
-                    Val::Node(self.b.binary(BinaryOp::Div, one, x, &name).map_err(|e| e.msg)?)
-                }
-                "Gelu" => {
-                    let x = self.node_of(&need(0)?)?;
-                    let u = match a.string("approximate").as_deref() {
-                        None | Some("none") => UnaryOp::Gelu,
-                        Some("tanh") => UnaryOp::GeluTanh,
-                        Some(o) => return Err(format!("approximate = `{o}` is not a GELU")),
-                    };
-                    Val::Node(self.b.unary(u, x, &name).map_err(|e| e.msg)?)
-                }
-                "Cast" => self.cast(&need(0)?, a.int("to", 0) as i32, &name)?,
-                "MatMul" => self.matmul(&need(0)?, &need(1)?, &name)?,
+                "Cast" => self.cast(&need(n, 0)?, a.int("to", 0) as i32, &name)?,
+                "MatMul" => self.matmul(&need(n, 0)?, &need(n, 1)?, &name)?,
                 "Gemm" => self.gemm(n, &a, &name)?,
                 "Softmax" => {
-                    let x = self.node_of(&need(0)?)?;
+                    let x = self.node_of(&need(n, 0)?)?;
                     let ax = axis(a.int("axis", -1), self.shape(x).len())?;
                     Val::Node(self.b.op(Op::Softmax { axis: ax }, &[x], &name).map_err(|e| e.msg)?)
                 }
                 "LayerNormalization" => self.layer_norm(n, &a, &name)?,
                 "ReduceMean" | "ReduceSum" | "ReduceMax" => self.reduce(n, &a, &name)?,
-                "Transpose" => {
-                    let x = self.node_of(&need(0)?)?;
-                    let r = self.shape(x).len();
-                    let perm: Vec<usize> = match a.ints("perm") {
-                        Some(p) => p.iter().map(|p| axis(*p, r)).collect::<R<_>>()?,
-                        None => (0..r).rev().collect(),
-                    };
-                    Val::Node(self.b.op(Op::Transpose { perm }, &[x], &name).map_err(|e| e.msg)?)
-                }
-                "Reshape" => {
-                    let x = self.node_of(&need(0)?)?;
-                    let spec = self.ints_of(&need(1)?)?;
-                    let to = reshape_target(&self.shape(x), &spec, a.int("allowzero", 0) != 0)?;
-                    Val::Node(self.b.reshape(x, to, &name).map_err(|e| e.msg)?)
-                }
-                "Flatten" => {
-                    let x = self.node_of(&need(0)?)?;
-                    let s = self.shape(x);
-                    let ax = axis(a.int("axis", 1), s.len() + 1)?;
-                    let to = vec![numel(&s[..ax]), numel(&s[ax..])];
-                    Val::Node(self.b.reshape(x, to, &name).map_err(|e| e.msg)?)
-                }
-                "Squeeze" | "Unsqueeze" => self.squeeze(n, &a, &name)?,
-                "Shape" => {
-                    let x = self.node_of(&need(0)?)?;
-                    let s = self.shape(x);
-                    let r = s.len() as i64;
-                    let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
-                    let (st, en) = (clamp(a.int("start", 0)), clamp(a.int("end", r)));
-                    let ints: Vec<DimExpr> = s[st..en.max(st)].to_vec();
-                    Val::Known { shape: vec![ints.len()], ints, floats: vec![], float: false }
-                }
                 "Constant" => self.constant(&a)?,
                 "Concat" => self.concat(n, &a, &name)?,
                 "Gather" => self.gather(n, &a)?,
                 "Slice" => self.slice(n, &name)?,
                 "Split" => return self.split(n, &a, &name),
-                "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
-                    let (x, y) = (self.val(&need(0)?)?, self.val(&need(1)?)?);
-                    self.known_only(op, &[&x, &y])?;
-                    fold::compare(op, &x, &y)?
-                }
-                "Not" | "And" | "Or" | "Xor" => {
-                    let arity = if op == "Not" { 1 } else { 2 };
-                    let vals: Vec<Val> =
-                        (0..arity).map(|i| self.val(&need(i)?)).collect::<R<_>>()?;
-                    self.known_only(op, &vals.iter().collect::<Vec<_>>())?;
-                    fold::logic(op, &vals)?
-                }
-                "Where" => {
-                    let (c, x, y) =
-                        (self.val(&need(0)?)?, self.val(&need(1)?)?, self.val(&need(2)?)?);
-                    self.known_only(op, &[&c, &x, &y])?;
-                    fold::select(&c, &x, &y)?
-                }
-                "Expand" => {
-                    let x = self.val(&need(0)?)?;
-                    let to = self.ints_of(&need(1)?)?;
-                    self.known_only(op, &[&x])?;
-                    fold::expand(&x, &to)?
-                }
-                "ConstantOfShape" => {
-                    let shape = self.ints_of(&need(0)?)?;
-                    let value = match a.get("value").and_then(|v| v.t.as_ref()) {
-                        Some(t) => Some(self.initializer(t)?),
-                        None => None,
-                    };
-                    fold::constant_of_shape(&shape, value)?
-                }
-                "Range" => {
-                    let (s, l, d) =
-                        (self.val(&need(0)?)?, self.val(&need(1)?)?, self.val(&need(2)?)?);
-                    self.known_only(op, &[&s, &l, &d])?;
-                    fold::range(&s, &l, &d)?
-                }
-                "CumSum" => {
-                    let x = self.val(&need(0)?)?;
-                    self.known_only(op, &[&x])?;
-                    let rank = fold::known(&x).map_or(0, |k| k.0.len());
-                    let ax = match self.const_ints(&need(1)?)?.as_slice() {
-                        [v] => axis(*v, rank)?,
-                        _ => return Err("CumSum's axis must be a scalar".into()),
-                    };
-                    fold::cumsum(&x, ax, a.int("exclusive", 0) != 0, a.int("reverse", 0) != 0)?
-                }
-                "Size" => {
-                    let x = self.node_of(&need(0)?)?;
-                    let n = numel(&self.shape(x));
-                    Val::Known { shape: vec![], ints: vec![n], floats: vec![], float: false }
-                }
                 _ => {
                     return Err(format!(
-                        "op `{op}` is not supported by the importer (supported: MatMul, Gemm, \
-                         Add, Sub, Mul, Div, Pow, Max, Min, Neg, Exp, Log, Sqrt, Reciprocal, \
-                         Tanh, Sigmoid, Relu, Erf, Sin, Cos, Gelu, Softmax, LayerNormalization, ReduceMean/Sum/\
-                         Max, Cast, Identity, Dropout, Transpose, Reshape, Flatten, Squeeze, \
-                         Unsqueeze, Concat, Slice, Split, and on shapes and constants Shape, Size, \
-                         Gather, Constant, ConstantOfShape, Range, Equal, Less(OrEqual), \
-                         Greater(OrEqual), Not, And, Or, Xor, Where, Expand, CumSum)"
+                        "op `{op}` is not supported by the importer (supported: {SUPPORTED})"
                     ))
                 }
             }
@@ -770,6 +636,134 @@ impl Importer<'_> {
             return Err("only the first output of this op is supported".into());
         }
         Ok(())
+    }
+
+    /// Elementwise functions (variadic binary ops fold left, as ONNX's Max / Min / Sum do).
+    fn elementwise(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Option<Val>> {
+        let op = n.op_type.as_str();
+        if let Some(b) = binary_op(op) {
+            let mut acc = self.val(&need(n, 0)?)?;
+            for i in 1..n.input.len() {
+                let y = self.val(&need(n, i)?)?;
+                acc = self.bin(b, acc, y, name)?;
+            }
+            return Ok(Some(acc));
+        }
+        let u = match (unary_op(op), op) {
+            (Some(u), _) => u,
+            (None, "Gelu") => match a.string("approximate").as_deref() {
+                None | Some("none") => UnaryOp::Gelu,
+                Some("tanh") => UnaryOp::GeluTanh,
+                Some(o) => return Err(format!("approximate = `{o}` is not a GELU")),
+            },
+            (None, "Reciprocal") => {
+                let x = self.node_of(&need(n, 0)?)?;
+                let one = self.b.constant(1.0, self.b.node(x).dtype);
+                let y = self.b.binary(BinaryOp::Div, one, x, name).map_err(|e| e.msg)?;
+                return Ok(Some(Val::Node(y)));
+            }
+            _ => return Ok(None),
+        };
+        let x = self.node_of(&need(n, 0)?)?;
+        Ok(Some(Val::Node(self.b.unary(u, x, name).map_err(|e| e.msg)?)))
+    }
+
+    /// Ops that move or describe a tensor's layout: views, and its shape as a known value.
+    fn layout(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Option<Val>> {
+        let op = n.op_type.as_str();
+        let views = ["Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size"];
+        if !views.contains(&op) {
+            return Ok(None);
+        }
+        if matches!(op, "Squeeze" | "Unsqueeze") {
+            return self.squeeze(n, a, name).map(Some);
+        }
+        let x = self.node_of(&need(n, 0)?)?;
+        let s = self.shape(x);
+        Ok(Some(match op {
+            "Transpose" => {
+                let r = s.len();
+                let perm: Vec<usize> = match a.ints("perm") {
+                    Some(p) => p.iter().map(|p| axis(*p, r)).collect::<R<_>>()?,
+                    None => (0..r).rev().collect(),
+                };
+                Val::Node(self.b.op(Op::Transpose { perm }, &[x], name).map_err(|e| e.msg)?)
+            }
+            "Reshape" => {
+                let spec = self.ints_of(&need(n, 1)?)?;
+                let to = reshape_target(&s, &spec, a.int("allowzero", 0) != 0)?;
+                Val::Node(self.b.reshape(x, to, name).map_err(|e| e.msg)?)
+            }
+            "Flatten" => {
+                let ax = axis(a.int("axis", 1), s.len() + 1)?;
+                let to = vec![numel(&s[..ax]), numel(&s[ax..])];
+                Val::Node(self.b.reshape(x, to, name).map_err(|e| e.msg)?)
+            }
+            "Shape" => {
+                let r = s.len() as i64;
+                let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+                let (st, en) = (clamp(a.int("start", 0)), clamp(a.int("end", r)));
+                let ints: Vec<DimExpr> = s[st..en.max(st)].to_vec();
+                Val::Known { shape: vec![ints.len()], ints, floats: vec![], float: false }
+            }
+            _ => Val::Known { shape: vec![], ints: vec![numel(&s)], floats: vec![], float: false },
+        }))
+    }
+
+    /// Exporters' arithmetic on shapes and constants, folded at import (`fold`): each takes
+    /// known values only.
+    fn folded(&mut self, n: &NodeProto, a: &Attrs) -> R<Option<Val>> {
+        let op = n.op_type.as_str();
+        let vals = |me: &mut Self, k: usize| -> R<Vec<Val>> {
+            (0..k).map(|i| me.val(&need(n, i)?)).collect()
+        };
+        Ok(Some(match op {
+            "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" => {
+                let v = vals(self, 2)?;
+                self.known_only(op, &[&v[0], &v[1]])?;
+                fold::compare(op, &v[0], &v[1])?
+            }
+            "Not" | "And" | "Or" | "Xor" => {
+                let v = vals(self, if op == "Not" { 1 } else { 2 })?;
+                self.known_only(op, &v.iter().collect::<Vec<_>>())?;
+                fold::logic(op, &v)?
+            }
+            "Where" => {
+                let v = vals(self, 3)?;
+                self.known_only(op, &[&v[0], &v[1], &v[2]])?;
+                fold::select(&v[0], &v[1], &v[2])?
+            }
+            "Expand" => {
+                let x = self.val(&need(n, 0)?)?;
+                let to = self.ints_of(&need(n, 1)?)?;
+                self.known_only(op, &[&x])?;
+                fold::expand(&x, &to)?
+            }
+            "ConstantOfShape" => {
+                let shape = self.ints_of(&need(n, 0)?)?;
+                let value = match a.get("value").and_then(|v| v.t.as_ref()) {
+                    Some(t) => Some(self.initializer(t)?),
+                    None => None,
+                };
+                fold::constant_of_shape(&shape, value)?
+            }
+            "Range" => {
+                let v = vals(self, 3)?;
+                self.known_only(op, &[&v[0], &v[1], &v[2]])?;
+                fold::range(&v[0], &v[1], &v[2])?
+            }
+            "CumSum" => {
+                let x = self.val(&need(n, 0)?)?;
+                self.known_only(op, &[&x])?;
+                let rank = fold::known(&x).map_or(0, |k| k.0.len());
+                let ax = match self.const_ints(&need(n, 1)?)?.as_slice() {
+                    [v] => axis(*v, rank)?,
+                    _ => return Err("CumSum's axis must be a scalar".into()),
+                };
+                fold::cumsum(&x, ax, a.int("exclusive", 0) != 0, a.int("reverse", 0) != 0)?
+            }
+            _ => return Ok(None),
+        }))
     }
 
     /// GELU written out with Erf (`patterns`), as the exact GELU of its input.
@@ -1295,4 +1289,53 @@ fn remaining(input: &Shape, known: &Shape) -> Option<DimExpr> {
         }
     }
     numel(&left).div(&numel(&rest))
+}
+
+/// What the importer takes, for the error on anything else.
+const SUPPORTED: &str = "MatMul, Gemm, Add, Sub, Mul, Div, Pow, Max, Min, Neg, Exp, Log, Sqrt, \
+    Reciprocal, Tanh, Sigmoid, Relu, Erf, Sin, Cos, Gelu, Softmax, LayerNormalization, \
+    ReduceMean/Sum/Max, Cast, Identity, Dropout, Transpose, Reshape, Flatten, Squeeze, \
+    Unsqueeze, Concat, Slice, Split, and on shapes and constants Shape, Size, Gather, Constant, \
+    ConstantOfShape, Range, Equal, Less(OrEqual), Greater(OrEqual), Not, And, Or, Xor, Where, \
+    Expand, CumSum";
+
+/// Input `i` of node `n`, when it is given (ONNX leaves optional inputs empty).
+fn input(n: &NodeProto, i: usize) -> Option<String> {
+    n.input.get(i).filter(|s| !s.is_empty()).cloned()
+}
+
+/// Input `i` of node `n`, which the op needs.
+fn need(n: &NodeProto, i: usize) -> R<String> {
+    input(n, i).ok_or_else(|| format!("input {i} is missing"))
+}
+
+/// The binary elementwise function of an ONNX op type.
+fn binary_op(op: &str) -> Option<BinaryOp> {
+    Some(match op {
+        "Add" => BinaryOp::Add,
+        "Sub" => BinaryOp::Sub,
+        "Mul" => BinaryOp::Mul,
+        "Div" => BinaryOp::Div,
+        "Pow" => BinaryOp::Pow,
+        "Max" => BinaryOp::Max,
+        "Min" => BinaryOp::Min,
+        _ => return None,
+    })
+}
+
+/// The unary elementwise function of an ONNX op type.
+fn unary_op(op: &str) -> Option<UnaryOp> {
+    Some(match op {
+        "Neg" => UnaryOp::Neg,
+        "Exp" => UnaryOp::Exp,
+        "Log" => UnaryOp::Log,
+        "Sqrt" => UnaryOp::Sqrt,
+        "Tanh" => UnaryOp::Tanh,
+        "Sigmoid" => UnaryOp::Sigmoid,
+        "Relu" => UnaryOp::Relu,
+        "Erf" => UnaryOp::Erf,
+        "Sin" => UnaryOp::Sin,
+        "Cos" => UnaryOp::Cos,
+        _ => return None,
+    })
 }

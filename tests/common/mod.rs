@@ -38,6 +38,7 @@ pub fn inputs(g: &Graph, dims: &[i64], seed: u64) -> Vec<Tensor> {
 pub fn assert_close(what: &str, got: &[Tensor], want: &[Tensor]) {
     assert_eq!(got.len(), want.len(), "{what}: number of outputs");
     for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        assert_eq!(a.dtype(), b.dtype(), "{what}: output {k} has the reference's dtype");
         let (rtol, atol) = tolerance(b.dtype());
         let err = a.max_abs_diff(b).unwrap();
         assert!(
