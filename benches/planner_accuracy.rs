@@ -48,9 +48,14 @@ fn kind_of(
     nodes: &BTreeSet<autofusion_compiler::ir::NodeId>,
     rule: Option<Rule>,
 ) -> (GroupKind, Option<autofusion_compiler::ir::NodeId>) {
-    if rule == Some(Rule::FlashAttention) {
-        let f = autofusion_compiler::group::flash_parts(g, nodes).expect("flash candidate");
+    // An attention pattern is a flash kernel whichever rule grew it (flash_attention, or
+    // layout_store adding the copy it writes): guessing MatMul from its first matmul built a
+    // group no generator can emit (the reduce_max-in-an-epilogue panic of issue 36).
+    if let Some(f) = autofusion_compiler::group::flash_parts(g, nodes) {
         return (GroupKind::FlashAttention, Some(f.pv));
+    }
+    if rule == Some(Rule::FlashAttention) {
+        panic!("a flash_attention candidate that is not an attention pattern");
     }
     if let Some(m) = nodes.iter().find(|n| g.node(**n).op == Op::MatMul) {
         return (GroupKind::MatMul, Some(*m));
