@@ -61,6 +61,30 @@ pub(crate) fn of(kind: GroupKind) -> &'static dyn KernelKind {
 mod tests {
     use super::*;
 
+    /// A matmul kernel's epilogue is elementwise: a reduction after the matmul (the softmax of
+    /// attention scores) is not a matmul kernel, whatever rule proposes it.
+    #[test]
+    fn a_matmul_epilogue_holds_no_reduction() {
+        use crate::builder::GraphBuilder;
+        use crate::dim::DimExpr;
+        use crate::ir::{DType, Op, ReduceKind, UnaryOp};
+        let mut b = GraphBuilder::new("g");
+        let (s, d) = (DimExpr::sym("S"), DimExpr::constant(8));
+        let x = b.param("x", DType::F32, vec![s.clone(), d.clone()]);
+        let w = b.param("w", DType::F32, vec![d.clone(), d]);
+        let mm = b.op(Op::MatMul, &[x, w], "mm").unwrap();
+        let e = b.unary(UnaryOp::Exp, mm, "e").unwrap();
+        let m = b.op(Op::Reduce { kind: ReduceKind::Max, axis: 1 }, &[mm], "m").unwrap();
+        b.output(e);
+        b.output(m);
+        let g = b.finish().unwrap();
+        let kind = of(GroupKind::MatMul);
+        assert!(kind.check(&g, &[mm, e].into_iter().collect(), Some(mm)).is_ok());
+        let err = kind.check(&g, &[mm, m].into_iter().collect(), Some(mm)).unwrap_err();
+        assert!(err.contains("epilogue"), "{err}");
+        assert!(kind.check(&g, &[mm, e].into_iter().collect(), None).is_err(), "no anchor");
+    }
+
     #[test]
     fn every_group_kind_is_registered_once() {
         for kind in GroupKind::ALL {

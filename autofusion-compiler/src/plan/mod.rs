@@ -49,6 +49,8 @@ pub enum Reason {
     GroupTooLarge,
     NotProfitable,
     Opaque,
+    /// The merged group is not one its kernel kind's generators can emit (`KernelKind::check`).
+    NotGeneratable,
 }
 
 impl Reason {
@@ -67,6 +69,7 @@ impl Reason {
             Reason::GroupTooLarge => "group_too_large",
             Reason::NotProfitable => "not_profitable",
             Reason::Opaque => "opaque",
+            Reason::NotGeneratable => "not_generatable",
         }
     }
 }

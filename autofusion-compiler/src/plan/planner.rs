@@ -49,6 +49,16 @@ pub(super) struct Planner<'a> {
 /// How the error of a group that fails its kind's `check` starts.
 const NOT_GENERATABLE: &str = "not generatable";
 
+/// The reason code of a group that could not be priced: its kind's check failed, or no tiling
+/// fits on chip.
+fn cost_reason(e: &str) -> Reason {
+    if e.starts_with(NOT_GENERATABLE) {
+        Reason::NotGeneratable
+    } else {
+        Reason::Capacity
+    }
+}
+
 pub(super) fn is_member_op(op: &Op) -> bool {
     !matches!(op, Op::Param { .. } | Op::Const { .. }) && !op.is_view()
 }
@@ -352,7 +362,7 @@ impl<'a> Planner<'a> {
                     Some(rule),
                     a,
                     bs,
-                    Reason::Capacity,
+                    cost_reason(&e),
                     format!("a part has no feasible tiling: {e}"),
                 )
             }
@@ -362,13 +372,7 @@ impl<'a> Planner<'a> {
             match self.cost(m, *k, *an) {
                 Ok(c) => fk.push(c),
                 Err(e) => {
-                    return self.rejected(
-                        Some(rule),
-                        a,
-                        bs,
-                        Reason::Capacity,
-                        format!("fused: {e}"),
-                    )
+                    return self.rejected(Some(rule), a, bs, cost_reason(&e), format!("fused: {e}"))
                 }
             }
         }
