@@ -6,6 +6,8 @@
 #![cfg(feature = "ascend")]
 
 mod common;
+#[path = "integer_graphs/mod.rs"]
+mod integer_graphs;
 #[path = "layers/mod.rs"]
 mod layers;
 
@@ -154,6 +156,35 @@ fn random_graphs_match_the_reference_on_ascend() {
 /// layer, a GELU MLP, exporters' shape arithmetic) imported and planned for `ascend910b` at
 /// every opt level, through the Ascend path against the reference: the graphs real exporters
 /// write, not only the DSL's.
+/// Integer and bool graphs on the vector unit, which carries them in f32 lanes: values below
+/// 2^24 (ids, positions, lengths) are exact, so inputs stay within +-1000 (products < 2^24).
+#[test]
+fn integer_graphs_match_the_reference_on_ascend() {
+    let target = Target::ascend910b();
+    for graph in [integer_graphs::int_ops(), integer_graphs::hf_masks()] {
+        for level in 0..=3u8 {
+            let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
+            let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+            let name = format!("{} at opt_level {level}", graph.name);
+            let built = unit
+                .build(&Ascend::new(target.clone()), Variant::Fused)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let sym = format!("{}_ints{level}", unit.symbol(Variant::Fused));
+            let m = common::load_ascend_built(unit.graph.clone(), &built, &sym, &dir())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            for s in [1usize, 7, 100] {
+                let ins = integer_graphs::inputs(&unit.graph, s, 1000, s as u64 + 9);
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                let dims = [s as i64];
+                let want = autofusion_runtime::reference::run(&unit.graph, &refs, &dims).unwrap();
+                let got = m.run(0, &refs).unwrap_or_else(|e| panic!("{name}, S = {s}: {e}"));
+                common::assert_close(&format!("Ascend: {name}, S = {s}"), &got, &want);
+            }
+            eprintln!("ok: {name} ({} kernels)", built.plan.groups.len());
+        }
+    }
+}
+
 #[test]
 fn onnx_fixtures_match_the_reference_on_ascend() {
     let target = Target::ascend910b();

@@ -12,13 +12,15 @@
 //!
 //! A file takes about 5 s to check (g++ parses the devkit's headers each time), so by default
 //! the set is: every layer graph at every opt level (opt_level 0 is one kernel per op, what
-//! the unfused variant generates too), each rule alone on the seed layer, and six random
-//! graphs at opt_level 3 (about 40 files, 3-4 minutes on 2 cores).
+//! the unfused variant generates too), each rule alone on the seed layer, the integer graphs
+//! of `tests/integer_graphs` at opt_level 0 and 3, and six random graphs at opt_level 3 (about 40 files, 3-4 minutes on 2 cores).
 //! `AUTOFUSION_ASCEND_CHECK_ALL=1` checks every plan the Ascend tests build, fused and unfused
 //! (each rule alone on every layer graph, all random graphs at opt_level 2 and 3: about 170
 //! files, 14 minutes on 2 cores).
 
 mod common;
+#[path = "integer_graphs/mod.rs"]
+mod integer_graphs;
 
 use autofusion_compiler::codegen::ascend::Ascend;
 use autofusion_compiler::front::Options;
@@ -65,6 +67,15 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
             }
             let opts = Options { opt_level: level, rules, ..base.clone() };
             add(format!("{name}, {label}"), &Unit::with_options(opts, &item).unwrap());
+        }
+    }
+    for graph in [integer_graphs::int_ops(), integer_graphs::hf_masks()] {
+        for level in [0u8, 3] {
+            let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
+            add(
+                format!("{} at opt_level {level}", graph.name),
+                &Unit::from_graph(graph.clone(), opts).unwrap(),
+            );
         }
     }
     for (seed, level, _, unit) in common::random_units() {

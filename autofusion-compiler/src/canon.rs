@@ -1,6 +1,6 @@
 //! Canonicalisation: CSE on the user graph, expansion of sugar into primitives (norms into row
-//! statistics + apply, softmax, linear, attention, rope), reductions moved to the last axis,
-//! copies where a reshape cannot be a view, materialised outputs, dead-code removal.
+//! statistics + apply, softmax, linear, attention, rope), reductions and running sums moved to
+//! the last axis, copies where a reshape cannot be a view, materialised outputs, dead-code removal.
 
 use crate::builder::ConstPool;
 use crate::dim::DimExpr;
@@ -173,6 +173,15 @@ impl B {
                 }
             }
             Op::Reduce { kind, axis } => self.reduce(*kind, ins[0], *axis, ""),
+            Op::CumSum { axis, exclusive } if axis + 1 != self.rank(ins[0]) => {
+                // A running sum along the rows of a rows kernel: other axes are moved last.
+                let r = self.rank(ins[0]);
+                let t = self.swap_last(ins[0], *axis, "t");
+                let t = self.materialize_if_view(t);
+                let s =
+                    self.add(Op::CumSum { axis: r - 1, exclusive: *exclusive }, vec![t], None, "");
+                self.swap_last(s, *axis, "back")
+            }
             Op::Linear => {
                 let mm = self.add(Op::MatMul, vec![ins[0], ins[1]], None, "mm");
                 self.bin(BinaryOp::Add, mm, ins[2], "")

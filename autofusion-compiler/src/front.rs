@@ -206,8 +206,9 @@ impl<'a> Lower<'a> {
     fn tensor_type(&mut self, ty: &syn::Type, allow_new: bool) -> Option<(DType, Shape)> {
         let bad = |this: &mut Self, span: Span| {
             this.diags.push(
-                Diag::new(span, "expected a tensor type like `Tensor<f32, {[S, D]}>`")
-                    .help("the dtype is f32, f16 or bf16; the shape is a braced list of dims"),
+                Diag::new(span, "expected a tensor type like `Tensor<f32, {[S, D]}>`").help(
+                    format!("the dtype is {}; the shape is a braced list of dims", DType::names()),
+                ),
             );
             None
         };
@@ -229,8 +230,10 @@ impl<'a> Lower<'a> {
             _ => None,
         };
         let Some(dtype) = dtype else {
-            self.diags
-                .push(Diag::new(args.args[0].span(), "unknown dtype: expected f32, f16 or bf16"));
+            self.diags.push(Diag::new(
+                args.args[0].span(),
+                format!("unknown dtype: expected {}", DType::names()),
+            ));
             return None;
         };
         let shape_expr = match &args.args[1] {
@@ -599,7 +602,8 @@ impl<'a> Lower<'a> {
                     _ => None,
                 };
                 let Some(d) = d else {
-                    self.diags.push(Diag::new(spans[1], "expected a dtype: f32, f16 or bf16"));
+                    self.diags
+                        .push(Diag::new(spans[1], format!("expected a dtype: {}", DType::names())));
                     return None;
                 };
                 let s = self.ty(t).0.clone();

@@ -1,6 +1,7 @@
 //! The graph IR: typed values with dim-expression shapes, one value per node, topological order.
 
 use crate::dim::{shape_str, DimExpr, Shape};
+use crate::ops::Domain;
 use std::fmt;
 
 /// The storage type of a value: what its elements are in memory (graph inputs and outputs,
@@ -17,42 +18,66 @@ pub enum DType {
     F32,
     F16,
     BF16,
+    /// Signed integers (token ids, positions, lengths): computed in i64, wrapping on overflow.
+    I64,
+    I32,
+    /// A truth value, one byte holding 0 or 1 (masks, comparison results).
+    Bool,
 }
 
 /// What kernels compute a value in: the type of registers and accumulators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ComputeType {
     F32,
+    /// Integers and truth values: `int64_t` on the host (an `i32` value is wrapped to 32 bits
+    /// where it is computed, a `bool` is 0 or 1). The Ascend vector unit has no 64-bit integer
+    /// arithmetic: its kernels carry these values in f32, exact below 2^24 (ARCHITECTURE.md).
+    I64,
 }
 
 impl ComputeType {
     pub fn name(self) -> &'static str {
         match self {
             ComputeType::F32 => "f32",
+            ComputeType::I64 => "i64",
         }
     }
     /// The storage type that holds a computed value unchanged (a kernel's f32 scratch).
     pub fn storage(self) -> DType {
         match self {
             ComputeType::F32 => DType::F32,
+            ComputeType::I64 => DType::I64,
         }
     }
 }
 
 impl DType {
-    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+    pub const ALL: [DType; 6] =
+        [DType::F32, DType::F16, DType::BF16, DType::I64, DType::I32, DType::Bool];
+    /// The floating-point types: what matmuls, reductions and transcendental functions take.
+    pub const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
     /// Bytes per element in memory.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 => 4,
+            DType::I64 => 8,
+            DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
+            DType::Bool => 1,
         }
     }
     /// What kernels compute values of this storage type in.
     pub fn compute(self) -> ComputeType {
         match self {
             DType::F32 | DType::F16 | DType::BF16 => ComputeType::F32,
+            DType::I64 | DType::I32 | DType::Bool => ComputeType::I64,
         }
+    }
+    pub fn is_float(self) -> bool {
+        self.compute() == ComputeType::F32
+    }
+    /// A signed integer type (not `bool`).
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I64 | DType::I32)
     }
     /// Whether values are stored as they are computed: read and written without a conversion
     /// (and so addressable in place by kernels that read their operands directly).
@@ -64,15 +89,18 @@ impl DType {
             DType::F32 => "f32",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
+            DType::I64 => "i64",
+            DType::I32 => "i32",
+            DType::Bool => "bool",
         }
     }
     pub fn parse(s: &str) -> Option<DType> {
-        match s {
-            "f32" => Some(DType::F32),
-            "f16" => Some(DType::F16),
-            "bf16" => Some(DType::BF16),
-            _ => None,
-        }
+        DType::ALL.into_iter().find(|d| d.name() == s)
+    }
+    /// Every type's name, for messages: `f32, f16, bf16, i64, i32 or bool`.
+    pub fn names() -> String {
+        let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+        format!("{} or {}", names[..names.len() - 1].join(", "), names[names.len() - 1])
     }
 }
 
@@ -114,10 +142,12 @@ pub enum UnaryOp {
     Erf,
     Sin,
     Cos,
+    /// Logical not of a `bool`.
+    Not,
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 14] = [
+    pub const ALL: [UnaryOp; 15] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -132,6 +162,7 @@ impl UnaryOp {
         UnaryOp::Erf,
         UnaryOp::Sin,
         UnaryOp::Cos,
+        UnaryOp::Not,
     ];
     pub fn name(self) -> &'static str {
         self.spec().name
@@ -151,10 +182,19 @@ pub enum BinaryOp {
     Pow,
     Max,
     Min,
+    /// Logical and / or of two `bool`s.
+    And,
+    Or,
+    /// Comparisons of two values of one type, giving a `bool`.
+    Eq,
+    Lt,
+    Le,
+    Gt,
+    Ge,
 }
 
 impl BinaryOp {
-    pub const ALL: [BinaryOp; 7] = [
+    pub const ALL: [BinaryOp; 14] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -162,6 +202,13 @@ impl BinaryOp {
         BinaryOp::Pow,
         BinaryOp::Max,
         BinaryOp::Min,
+        BinaryOp::And,
+        BinaryOp::Or,
+        BinaryOp::Eq,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
     ];
     pub fn name(self) -> &'static str {
         self.spec().name
@@ -230,6 +277,15 @@ pub enum Op {
     Copy,
     /// `-inf` where the column index exceeds the row index (last two axes).
     CausalMask,
+    /// `a` where `cond` (a `bool`, input 0) holds, else `b` (inputs 1 and 2, one type); the
+    /// three broadcast together.
+    Where,
+    /// Running sum along `axis`: element i is the sum of elements 0..=i (0..i when
+    /// `exclusive`). Canonical graphs have it on the last axis only.
+    CumSum {
+        axis: usize,
+        exclusive: bool,
+    },
     // ---- sugar, expanded by canon ----
     LayerNorm {
         eps: f64,
@@ -266,6 +322,8 @@ pub enum OpKind {
     Concat,
     Copy,
     CausalMask,
+    Where,
+    CumSum,
     LayerNorm,
     RmsNorm,
     Softmax,
@@ -275,7 +333,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 19] = [
+    pub const ALL: [OpKind; 21] = [
         OpKind::Param,
         OpKind::Const,
         OpKind::Unary,
@@ -289,6 +347,8 @@ impl OpKind {
         OpKind::Concat,
         OpKind::Copy,
         OpKind::CausalMask,
+        OpKind::Where,
+        OpKind::CumSum,
         OpKind::LayerNorm,
         OpKind::RmsNorm,
         OpKind::Softmax,
@@ -311,6 +371,8 @@ impl OpKind {
             OpKind::Concat => "concat",
             OpKind::Copy => "copy",
             OpKind::CausalMask => "causal_mask",
+            OpKind::Where => "where",
+            OpKind::CumSum => "cumsum",
             OpKind::LayerNorm => "layer_norm",
             OpKind::RmsNorm => "rms_norm",
             OpKind::Softmax => "softmax",
@@ -340,6 +402,8 @@ impl Op {
             Op::Concat { .. } => OpKind::Concat,
             Op::Copy => OpKind::Copy,
             Op::CausalMask => OpKind::CausalMask,
+            Op::Where => OpKind::Where,
+            Op::CumSum { .. } => OpKind::CumSum,
             Op::LayerNorm { .. } => OpKind::LayerNorm,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::Softmax { .. } => OpKind::Softmax,
@@ -372,7 +436,10 @@ impl Op {
     /// Elementwise in the planner's sense: output element i depends on input elements at i
     /// (after broadcasting). `CausalMask` also reads its own indices.
     pub fn is_elementwise(&self) -> bool {
-        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Cast | Op::Copy | Op::CausalMask)
+        matches!(
+            self,
+            Op::Unary(_) | Op::Binary(_) | Op::Cast | Op::Copy | Op::CausalMask | Op::Where
+        )
     }
     pub fn is_view(&self) -> bool {
         matches!(self, Op::Reshape | Op::Transpose { .. } | Op::Slice { .. })
@@ -384,6 +451,7 @@ impl Op {
             Op::Reduce { axis, .. } | Op::Softmax { axis } | Op::Concat { axis } => {
                 format!("axis={axis}")
             }
+            Op::CumSum { axis, exclusive } => format!("axis={axis} exclusive={exclusive}"),
             Op::Transpose { perm } => format!("perm={perm:?}"),
             Op::Slice { axis, start, end } => format!("axis={axis} [{start}, {end})"),
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={eps:e}"),
@@ -545,12 +613,17 @@ pub fn infer(
 ) -> Result<(Shape, DType), InferError> {
     let rank = |i: usize| ins[i].0.len();
     let shape = |i: usize| ins[i].0.clone();
+    floats_only(op, ins)?;
     match op {
         Op::Param { .. } | Op::Const { .. } => {
             let (d, s) = target.expect("param/const carry their type");
             Ok((s.clone(), d))
         }
-        Op::Unary(_) | Op::Copy | Op::CausalMask => {
+        Op::Unary(u) => {
+            let d = in_domain(u.spec().domain, u.name(), ins)?;
+            Ok((shape(0), d))
+        }
+        Op::Copy | Op::CausalMask => {
             if matches!(op, Op::CausalMask) && rank(0) < 2 {
                 return Err(err(
                     Some(0),
@@ -561,6 +634,11 @@ pub fn infer(
         }
         Op::Cast => Ok((shape(0), target.expect("cast target").0)),
         Op::Binary(b) => infer_binary(*b, ins),
+        Op::Where => infer_where(ins),
+        Op::CumSum { axis, .. } => {
+            in_domain(Domain::Numeric, "cumsum", ins)?;
+            infer_axis(op, axis, ins)
+        }
         Op::Reduce { axis, .. } | Op::Softmax { axis } => infer_axis(op, axis, ins),
         Op::MatMul | Op::Linear => infer_matmul(op, ins),
         Op::Reshape => infer_reshape(ins, target),
@@ -573,19 +651,81 @@ pub fn infer(
     }
 }
 
+/// The ops that compute on floating-point values only (matrix products, reductions, norms,
+/// attention, rope, the causal mask's -inf): an integer or `bool` operand is an error that
+/// says to cast it.
+fn floats_only(op: &Op, ins: &[(&Shape, DType)]) -> Result<(), InferError> {
+    let floats = matches!(
+        op,
+        Op::MatMul
+            | Op::Linear
+            | Op::Reduce { .. }
+            | Op::Softmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::Attention { .. }
+            | Op::Rope
+            | Op::CausalMask
+    );
+    match ins.iter().position(|(_, d)| !d.is_float()) {
+        Some(i) if floats => Err(InferError {
+            operand: Some(i),
+            msg: format!(
+                "`{}` computes on floating-point values; operand {i} is {}",
+                op.name(),
+                ins[i].1
+            ),
+            help: Domain::Float.hint().map(str::to_string),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The operands' common dtype if `domain` admits it, and the result's dtype.
+fn in_domain(domain: Domain, what: &str, ins: &[(&Shape, DType)]) -> Result<DType, InferError> {
+    let d = same_dtype(ins, what)?;
+    if !domain.admits(d) {
+        return Err(InferError {
+            operand: Some(0),
+            msg: format!("`{what}` takes {}; its operands are {d}", domain.describe()),
+            help: domain.hint().map(str::to_string),
+        });
+    }
+    Ok(domain.result(d))
+}
+
+fn broadcast_all(ins: &[(&Shape, DType)], what: &str) -> Result<Shape, InferError> {
+    let mut s = ins[0].0.clone();
+    for (i, (si, _)) in ins.iter().enumerate().skip(1) {
+        s = broadcast(&s, si).ok_or_else(|| InferError {
+            operand: Some(i),
+            msg: format!(
+                "shapes {} and {} cannot be broadcast together in `{what}`",
+                shape_str(&s),
+                shape_str(si),
+            ),
+            help: Some("axes are aligned from the right; each pair must be equal or 1".into()),
+        })?;
+    }
+    Ok(s)
+}
+
 fn infer_binary(b: BinaryOp, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
-    let d = same_dtype(ins, b.name())?;
-    let s = broadcast(ins[0].0, ins[1].0).ok_or_else(|| InferError {
-        operand: Some(1),
-        msg: format!(
-            "shapes {} and {} cannot be broadcast together in `{}`",
-            shape_str(ins[0].0),
-            shape_str(ins[1].0),
-            b.name()
-        ),
-        help: Some("axes are aligned from the right; each pair must be equal or 1".into()),
-    })?;
-    Ok((s, d))
+    let d = in_domain(b.spec().domain, b.name(), ins)?;
+    Ok((broadcast_all(ins, b.name())?, d))
+}
+
+fn infer_where(ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    if ins[0].1 != DType::Bool {
+        return Err(InferError {
+            operand: Some(0),
+            msg: format!("the condition of `where` is {}, not bool", ins[0].1),
+            help: Some("compare first (`eq`, `lt`, ...) or `cast(x, bool)`".into()),
+        });
+    }
+    let d = same_dtype(&ins[1..], "where")
+        .map_err(|e| InferError { operand: e.operand.map(|i| i + 1), ..e })?;
+    Ok((broadcast_all(ins, "where")?, d))
 }
 
 fn infer_axis(
@@ -876,7 +1016,10 @@ impl fmt::Display for Arity {
 pub fn arity(op: &Op) -> Arity {
     match op {
         Op::Param { .. } | Op::Const { .. } => Arity::Exactly(0),
-        Op::Unary(_) | Op::Cast | Op::Copy | Op::CausalMask => Arity::Exactly(1),
+        Op::Unary(_) | Op::Cast | Op::Copy | Op::CausalMask | Op::CumSum { .. } => {
+            Arity::Exactly(1)
+        }
+        Op::Where => Arity::Exactly(3),
         Op::Reduce { .. } | Op::Softmax { .. } => Arity::Exactly(1),
         Op::Reshape | Op::Transpose { .. } | Op::Slice { .. } => Arity::Exactly(1),
         Op::Binary(_) | Op::MatMul | Op::RmsNorm { .. } => Arity::Exactly(2),

@@ -242,6 +242,10 @@ impl Json for Op {
                 put("axis", json!(axis))
             }
             Op::Transpose { perm } => put("perm", json!(perm)),
+            Op::CumSum { axis, exclusive } => {
+                put("axis", json!(axis));
+                put("exclusive", json!(exclusive))
+            }
             Op::Slice { axis, start, end } => {
                 put("axis", json!(axis));
                 put("start", start.to_json());
@@ -259,6 +263,7 @@ impl Json for Op {
             | Op::Reshape
             | Op::Copy
             | Op::CausalMask
+            | Op::Where
             | Op::Linear
             | Op::Rope => None,
         };
@@ -291,6 +296,8 @@ impl Json for Op {
             OpKind::Reshape => Op::Reshape,
             OpKind::Copy => Op::Copy,
             OpKind::CausalMask => Op::CausalMask,
+            OpKind::Where => Op::Where,
+            OpKind::CumSum => Op::CumSum { axis: get(v, "axis")?, exclusive: get(v, "exclusive")? },
             OpKind::Linear => Op::Linear,
             OpKind::Rope => Op::Rope,
         })

@@ -8,7 +8,7 @@
 //! `{dst}` is the destination UB tensor, `{n}` the element count, and `ta`, `tb`, `tc` are
 //! scratch UB tensors of the same length that the generator provides.
 
-use crate::ir::{BinaryOp, UnaryOp};
+use crate::ir::{BinaryOp, DType, UnaryOp};
 
 /// One unary function.
 pub struct UnarySpec {
@@ -28,6 +28,12 @@ pub struct UnarySpec {
     /// polynomial or library function (priced at the target's transcendental rate).
     pub flops: f64,
     pub transcendental: bool,
+    /// The values the op takes.
+    pub domain: Domain,
+    /// Semantics on integers and truth values (computed in i64), where the domain admits them.
+    pub i64: Option<fn(i64) -> i64>,
+    /// Host C expression on `int64_t` values (`""` where the domain admits no integers).
+    pub c_int: &'static str,
 }
 
 /// One binary function.
@@ -45,6 +51,72 @@ pub struct BinarySpec {
     pub ascend_vs: Option<&'static str>,
     pub flops: f64,
     pub transcendental: bool,
+    pub domain: Domain,
+    pub i64: Option<fn(i64, i64) -> i64>,
+    pub c_int: &'static str,
+}
+
+/// The values an elementwise op takes, and the type of its result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Domain {
+    /// Floating-point values (transcendental functions, pow); the result has their type.
+    Float,
+    /// Floats or integers (not `bool`); the result has their type.
+    Numeric,
+    /// `bool` values; a `bool` result.
+    Logical,
+    /// Values of any one type; a `bool` result.
+    Compare,
+}
+
+impl Domain {
+    pub fn admits(self, d: DType) -> bool {
+        match self {
+            Domain::Float => d.is_float(),
+            Domain::Numeric => d != DType::Bool,
+            Domain::Logical => d == DType::Bool,
+            Domain::Compare => true,
+        }
+    }
+    /// The result's type for operands of type `d`.
+    pub fn result(self, d: DType) -> DType {
+        match self {
+            Domain::Float | Domain::Numeric => d,
+            Domain::Logical | Domain::Compare => DType::Bool,
+        }
+    }
+    pub fn describe(self) -> &'static str {
+        match self {
+            Domain::Float => "floating-point values",
+            Domain::Numeric => "numbers (floating-point or integer, not bool)",
+            Domain::Logical => "bool values",
+            Domain::Compare => "two values of one type",
+        }
+    }
+    /// How to get a value the op takes.
+    pub fn hint(self) -> Option<&'static str> {
+        match self {
+            Domain::Float => Some("convert it first: `cast(x, f32)`"),
+            Domain::Numeric => Some("convert it first: `cast(x, i64)` or `cast(x, f32)`"),
+            Domain::Logical => Some("compare first (`eq`, `lt`, ...) or `cast(x, bool)`"),
+            Domain::Compare => None,
+        }
+    }
+}
+
+/// Integer division as the kernels compute it: truncated toward zero (C, ONNX), wrapping at
+/// `i64::MIN / -1`; division by zero gives 0 rather than a trap.
+pub fn div_i64(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        0
+    } else {
+        a.wrapping_div(b)
+    }
+}
+
+/// A truth value as a number.
+fn truth(b: bool) -> f64 {
+    b as u8 as f64
 }
 
 /// erf with |error| < 1.2e-7 (Numerical Recipes' erfc Chebyshev fit), enough for folding.
@@ -201,7 +273,7 @@ const SIGMOID_VEC: &[&str] = &[
 ];
 
 /// The unary table, in `UnaryOp` declaration order (`UnaryOp::spec` indexes it).
-pub const UNARY: [UnarySpec; 14] = [
+pub const UNARY: [UnarySpec; 15] = [
     UnarySpec {
         op: UnaryOp::Neg,
         name: "neg",
@@ -212,6 +284,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ascend_vector: &["AscendC::Muls({dst}, {x}, -1.0f, {n});"],
         flops: 1.0,
         transcendental: false,
+        domain: Domain::Numeric,
+        i64: Some(i64::wrapping_neg),
+        c_int: "af_ineg({x})",
     },
     UnarySpec {
         op: UnaryOp::Exp,
@@ -223,6 +298,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ascend_vector: &["AscendC::Exp({dst}, {x}, {n});"],
         flops: 2.0,
         transcendental: true,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Log,
@@ -234,6 +312,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ascend_vector: &["AscendC::Ln({dst}, {x}, {n});"],
         flops: 2.0,
         transcendental: true,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Sqrt,
@@ -245,6 +326,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ascend_vector: &["AscendC::Sqrt({dst}, {x}, {n});"],
         flops: 4.0,
         transcendental: false,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Rsqrt,
@@ -261,6 +345,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ],
         flops: 4.0,
         transcendental: false,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Tanh,
@@ -280,6 +367,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ],
         flops: 2.0,
         transcendental: true,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Sigmoid,
@@ -291,6 +381,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ascend_vector: SIGMOID_VEC,
         flops: 2.0,
         transcendental: true,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Relu,
@@ -302,6 +395,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ascend_vector: &["AscendC::Relu({dst}, {x}, {n});"],
         flops: 1.0,
         transcendental: false,
+        domain: Domain::Numeric,
+        i64: Some(|x| x.max(0)),
+        c_int: "af_imax({x}, 0)",
     },
     UnarySpec {
         op: UnaryOp::Gelu,
@@ -328,6 +424,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ),
         flops: 2.0,
         transcendental: true,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::GeluTanh,
@@ -355,6 +454,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ],
         flops: 2.0,
         transcendental: true,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Silu,
@@ -373,6 +475,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ],
         flops: 2.0,
         transcendental: true,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Erf,
@@ -403,6 +508,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ),
         flops: 2.0,
         transcendental: true,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Sin,
@@ -414,6 +522,9 @@ pub const UNARY: [UnarySpec; 14] = [
         ascend_vector: SIN_VEC,
         flops: 20.0,
         transcendental: false,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     UnarySpec {
         op: UnaryOp::Cos,
@@ -425,11 +536,32 @@ pub const UNARY: [UnarySpec; 14] = [
         ascend_vector: COS_VEC,
         flops: 21.0,
         transcendental: false,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
+    },
+    UnarySpec {
+        op: UnaryOp::Not,
+        name: "not",
+        f64: |x| truth(x == 0.0),
+        f32: |x| truth(x == 0.0) as f32,
+        c: "(!{x})",
+        // Truth values are 0.0 / 1.0 in the Ascend kernels' f32 lanes: not x = 1 - x.
+        ascend_scalar: "(1.0f - {x})",
+        ascend_vector: &[
+            "AscendC::Muls({dst}, {x}, -1.0f, {n});",
+            "AscendC::Adds({dst}, {dst}, 1.0f, {n});",
+        ],
+        flops: 1.0,
+        transcendental: false,
+        domain: Domain::Logical,
+        i64: Some(|x| (x == 0) as i64),
+        c_int: "(!{x})",
     },
 ];
 
 /// The binary table, in `BinaryOp` declaration order (`BinaryOp::spec` indexes it).
-pub const BINARY: [BinarySpec; 7] = [
+pub const BINARY: [BinarySpec; 14] = [
     BinarySpec {
         op: BinaryOp::Add,
         name: "add",
@@ -441,6 +573,9 @@ pub const BINARY: [BinarySpec; 7] = [
         ascend_vs: Some("Adds"),
         flops: 1.0,
         transcendental: false,
+        domain: Domain::Numeric,
+        i64: Some(i64::wrapping_add),
+        c_int: "af_iadd({x}, {y})",
     },
     BinarySpec {
         op: BinaryOp::Sub,
@@ -453,6 +588,9 @@ pub const BINARY: [BinarySpec; 7] = [
         ascend_vs: None,
         flops: 1.0,
         transcendental: false,
+        domain: Domain::Numeric,
+        i64: Some(i64::wrapping_sub),
+        c_int: "af_isub({x}, {y})",
     },
     BinarySpec {
         op: BinaryOp::Mul,
@@ -465,6 +603,9 @@ pub const BINARY: [BinarySpec; 7] = [
         ascend_vs: Some("Muls"),
         flops: 1.0,
         transcendental: false,
+        domain: Domain::Numeric,
+        i64: Some(i64::wrapping_mul),
+        c_int: "af_imul({x}, {y})",
     },
     BinarySpec {
         op: BinaryOp::Div,
@@ -477,6 +618,9 @@ pub const BINARY: [BinarySpec; 7] = [
         ascend_vs: None,
         flops: 2.0,
         transcendental: false,
+        domain: Domain::Numeric,
+        i64: Some(div_i64),
+        c_int: "af_idiv({x}, {y})",
     },
     BinarySpec {
         op: BinaryOp::Pow,
@@ -490,6 +634,9 @@ pub const BINARY: [BinarySpec; 7] = [
         ascend_vs: None,
         flops: 2.0,
         transcendental: true,
+        domain: Domain::Float,
+        i64: None,
+        c_int: "",
     },
     BinarySpec {
         op: BinaryOp::Max,
@@ -502,6 +649,9 @@ pub const BINARY: [BinarySpec; 7] = [
         ascend_vs: Some("Maxs"),
         flops: 1.0,
         transcendental: false,
+        domain: Domain::Numeric,
+        i64: Some(i64::max),
+        c_int: "af_imax({x}, {y})",
     },
     BinarySpec {
         op: BinaryOp::Min,
@@ -514,6 +664,120 @@ pub const BINARY: [BinarySpec; 7] = [
         ascend_vs: Some("Mins"),
         flops: 1.0,
         transcendental: false,
+        domain: Domain::Numeric,
+        i64: Some(i64::min),
+        c_int: "af_imin({x}, {y})",
+    },
+    BinarySpec {
+        op: BinaryOp::And,
+        name: "and",
+        f64: |a, b| truth(a != 0.0 && b != 0.0),
+        f32: |a, b| truth(a != 0.0 && b != 0.0) as f32,
+        c: "({x} & {y})",
+        // On 0.0 / 1.0 lanes: and = min, or = max.
+        ascend_scalar: "({x} < {y} ? {x} : {y})",
+        ascend_vv: Some("Min"),
+        ascend_vs: Some("Mins"),
+        flops: 1.0,
+        transcendental: false,
+        domain: Domain::Logical,
+        i64: Some(|a, b| a & b),
+        c_int: "({x} & {y})",
+    },
+    BinarySpec {
+        op: BinaryOp::Or,
+        name: "or",
+        f64: |a, b| truth(a != 0.0 || b != 0.0),
+        f32: |a, b| truth(a != 0.0 || b != 0.0) as f32,
+        c: "({x} | {y})",
+        ascend_scalar: "({x} > {y} ? {x} : {y})",
+        ascend_vv: Some("Max"),
+        ascend_vs: Some("Maxs"),
+        flops: 1.0,
+        transcendental: false,
+        domain: Domain::Logical,
+        i64: Some(|a, b| a | b),
+        c_int: "({x} | {y})",
+    },
+    BinarySpec {
+        op: BinaryOp::Eq,
+        name: "eq",
+        f64: |a, b| truth(a == b),
+        f32: |a, b| truth(a == b) as f32,
+        c: "({x} == {y})",
+        ascend_scalar: "({x} == {y} ? 1.0f : 0.0f)",
+        // Vector sequences: `codegen::ascend::vector::compare_seq`.
+        ascend_vv: None,
+        ascend_vs: None,
+        flops: 1.0,
+        transcendental: false,
+        domain: Domain::Compare,
+        i64: Some(|a, b| (a == b) as i64),
+        c_int: "({x} == {y})",
+    },
+    BinarySpec {
+        op: BinaryOp::Lt,
+        name: "lt",
+        f64: |a, b| truth(a < b),
+        f32: |a, b| truth(a < b) as f32,
+        c: "({x} < {y})",
+        ascend_scalar: "({x} < {y} ? 1.0f : 0.0f)",
+        // Vector sequences: `codegen::ascend::vector::compare_seq`.
+        ascend_vv: None,
+        ascend_vs: None,
+        flops: 1.0,
+        transcendental: false,
+        domain: Domain::Compare,
+        i64: Some(|a, b| (a < b) as i64),
+        c_int: "({x} < {y})",
+    },
+    BinarySpec {
+        op: BinaryOp::Le,
+        name: "le",
+        f64: |a, b| truth(a <= b),
+        f32: |a, b| truth(a <= b) as f32,
+        c: "({x} <= {y})",
+        ascend_scalar: "({x} <= {y} ? 1.0f : 0.0f)",
+        // Vector sequences: `codegen::ascend::vector::compare_seq`.
+        ascend_vv: None,
+        ascend_vs: None,
+        flops: 1.0,
+        transcendental: false,
+        domain: Domain::Compare,
+        i64: Some(|a, b| (a <= b) as i64),
+        c_int: "({x} <= {y})",
+    },
+    BinarySpec {
+        op: BinaryOp::Gt,
+        name: "gt",
+        f64: |a, b| truth(a > b),
+        f32: |a, b| truth(a > b) as f32,
+        c: "({x} > {y})",
+        ascend_scalar: "({x} > {y} ? 1.0f : 0.0f)",
+        // Vector sequences: `codegen::ascend::vector::compare_seq`.
+        ascend_vv: None,
+        ascend_vs: None,
+        flops: 1.0,
+        transcendental: false,
+        domain: Domain::Compare,
+        i64: Some(|a, b| (a > b) as i64),
+        c_int: "({x} > {y})",
+    },
+    BinarySpec {
+        op: BinaryOp::Ge,
+        name: "ge",
+        f64: |a, b| truth(a >= b),
+        f32: |a, b| truth(a >= b) as f32,
+        c: "({x} >= {y})",
+        ascend_scalar: "({x} >= {y} ? 1.0f : 0.0f)",
+        // Vector sequences: `codegen::ascend::vector::compare_seq`.
+        ascend_vv: None,
+        ascend_vs: None,
+        flops: 1.0,
+        transcendental: false,
+        domain: Domain::Compare,
+        i64: Some(|a, b| (a >= b) as i64),
+        c_int: "({x} >= {y})",
     },
 ];
 
@@ -593,7 +857,7 @@ mod tests {
         for u in UnaryOp::ALL {
             let s = u.spec();
             let subs = [("x", "X"), ("dst", "D"), ("n", "N")];
-            for t in [s.c, s.ascend_scalar].iter().chain(s.ascend_vector) {
+            for t in [s.c, s.c_int, s.ascend_scalar].iter().chain(s.ascend_vector) {
                 assert!(!fill(t, &subs).contains('{'), "{}: {t}", s.name);
             }
         }

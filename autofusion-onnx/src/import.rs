@@ -425,6 +425,9 @@ impl Importer<'_> {
                         DType::F32 => f32::from_le_bytes(b[..4].try_into().unwrap()) as f64,
                         DType::F16 => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
                         DType::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+                        DType::I64 | DType::I32 | DType::Bool => {
+                            unreachable!("float_dtype gives a float type")
+                        }
                     };
                     return Ok(known(vec![], vec![v], true));
                 }

@@ -1,16 +1,20 @@
 //! The reference interpreter: runs the canonical IR op by op on dense arrays, rounding every
 //! result to its value's dtype. It shares no code with the generated kernels and is the oracle
 //! of every differential test.
+//!
+//! Elements are held as f64, which holds every f32 value and every integer below 2^53 exactly:
+//! float ops compute in f32 (the ops table's f32 row), integer and truth values in i64 (its
+//! i64 row). Integers beyond 2^53 are outside what the reference checks.
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use autofusion_ir::ir::{BinaryOp, DType, Graph, Op, ReduceKind, UnaryOp};
+use autofusion_ir::ir::{BinaryOp, ComputeType, DType, Graph, Op, ReduceKind, UnaryOp};
 use half::{bf16, f16};
 
 #[derive(Clone, Debug)]
 struct Arr {
     shape: Vec<usize>,
-    data: Vec<f32>,
+    data: Vec<f64>,
 }
 
 fn strides(shape: &[usize]) -> Vec<usize> {
@@ -21,20 +25,46 @@ fn strides(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-fn round(d: DType, v: &mut [f32]) {
+fn round(d: DType, v: &mut [f64]) {
+    let f32s =
+        |v: &mut [f64], f: fn(f32) -> f32| v.iter_mut().for_each(|x| *x = f(*x as f32) as f64);
     match d {
-        DType::F32 => {}
-        DType::F16 => v.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32()),
-        DType::BF16 => v.iter_mut().for_each(|x| *x = bf16::from_f32(*x).to_f32()),
+        DType::F32 | DType::I64 | DType::Bool => {}
+        DType::F16 => f32s(v, |x| f16::from_f32(x).to_f32()),
+        DType::BF16 => f32s(v, |x| bf16::from_f32(x).to_f32()),
+        DType::I32 => v.iter_mut().for_each(|x| *x = (*x as i64) as i32 as f64),
     }
 }
 
-fn unary(u: UnaryOp, x: f32) -> f32 {
-    (u.spec().f32)(x)
+/// `u` on a value computed in `on`.
+fn unary(u: UnaryOp, on: ComputeType, x: f64) -> f64 {
+    let s = u.spec();
+    match (on, s.i64) {
+        (ComputeType::I64, Some(f)) => f(x as i64) as f64,
+        _ => (s.f32)(x as f32) as f64,
+    }
 }
 
-fn binary(b: BinaryOp, x: f32, y: f32) -> f32 {
-    (b.spec().f32)(x, y)
+/// `b` on values computed in `on`.
+fn binary(b: BinaryOp, on: ComputeType, x: f64, y: f64) -> f64 {
+    let s = b.spec();
+    match (on, s.i64) {
+        (ComputeType::I64, Some(f)) => f(x as i64, y as i64) as f64,
+        _ => (s.f32)(x as f32, y as f32) as f64,
+    }
+}
+
+/// `x` of type `from` cast to `to` (before `round`): floats to integers truncate toward zero
+/// and saturate (NaN -> 0), to i32 saturating at its range; integers to i32 wrap (in `round`);
+/// anything to bool is `x != 0`.
+fn cast(from: DType, to: DType, x: f64) -> f64 {
+    match to {
+        DType::Bool => (x != 0.0) as u8 as f64,
+        DType::F32 | DType::F16 | DType::BF16 if !from.is_float() => (x as i64) as f32 as f64,
+        DType::I64 if from.is_float() => (x as f32) as i64 as f64,
+        DType::I32 if from.is_float() => (x as f32) as i32 as f64,
+        _ => x,
+    }
 }
 
 /// Index into `a` for the output multi-index `idx` under right-aligned broadcasting.
@@ -58,10 +88,10 @@ fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
     }
 }
 
-fn elementwise(shape: &[usize], ins: &[&Arr], f: impl Fn(&[f32], &[usize]) -> f32) -> Arr {
+fn elementwise(shape: &[usize], ins: &[&Arr], f: impl Fn(&[f64], &[usize]) -> f64) -> Arr {
     let strs: Vec<Vec<usize>> = ins.iter().map(|a| strides(&a.shape)).collect();
     let mut data = Vec::with_capacity(shape.iter().product());
-    let mut vals = vec![0f32; ins.len()];
+    let mut vals = vec![0f64; ins.len()];
     for_each_index(shape, |idx| {
         for (k, a) in ins.iter().enumerate() {
             vals[k] = a.data[bcast_index(a, &strs[k], idx)];
@@ -86,11 +116,13 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
         let ins: Vec<&Arr> =
             n.inputs.iter().map(|i| vals[i.idx()].as_ref().expect("topological order")).collect();
         let mut out = match &n.op {
-            Op::Param { index } => Arr { shape: shape.clone(), data: inputs[*index].to_f32_vec() },
-            Op::Const { value } => Arr { shape: vec![], data: vec![*value as f32] },
-            Op::Unary(_) | Op::Binary(_) | Op::Cast | Op::Copy | Op::CausalMask => {
-                pointwise(&n.op, &shape, &ins)
+            Op::Param { index } => Arr { shape: shape.clone(), data: values(inputs[*index]) },
+            Op::Const { value } => Arr { shape: vec![], data: vec![constant(*value, n.dtype)] },
+            Op::Unary(_) | Op::Binary(_) | Op::Cast | Op::Copy | Op::CausalMask | Op::Where => {
+                let from = g.node(n.inputs[0]).dtype;
+                pointwise(&n.op, from, n.dtype, &shape, &ins)
             }
+            Op::CumSum { exclusive, .. } => cumsum(ins[0], n.dtype, *exclusive),
             Op::Reduce { kind, axis } => reduce(*kind, *axis, ins[0], &shape),
             Op::MatMul => matmul(ins[0], ins[1], &shape),
             Op::Reshape => Arr { shape: shape.clone(), data: ins[0].data.clone() },
@@ -119,23 +151,55 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
         .iter()
         .map(|o| {
             let a = vals[o.idx()].as_ref().unwrap();
-            Tensor::from_f32_as(&a.shape, &a.data, g.node(*o).dtype)
+            tensor(&a.shape, &a.data, g.node(*o).dtype)
         })
         .collect()
 }
 
-/// Elementwise ops (unary, binary, cast, copy, causal mask) at output `shape`, broadcasting `ins`.
-fn pointwise(op: &Op, shape: &[usize], ins: &[&Arr]) -> Arr {
+/// A tensor's elements as the reference holds them.
+fn values(t: &Tensor) -> Vec<f64> {
+    match t.dtype().compute() {
+        ComputeType::F32 => t.to_f32_vec().into_iter().map(f64::from).collect(),
+        ComputeType::I64 => t.to_i64_vec().into_iter().map(|x| x as f64).collect(),
+    }
+}
+
+/// A constant of type `d` as the reference holds it.
+fn constant(value: f64, d: DType) -> f64 {
+    match d.compute() {
+        ComputeType::F32 => value as f32 as f64,
+        ComputeType::I64 => value as i64 as f64,
+    }
+}
+
+/// Elements of type `d` (already rounded to it) as a tensor.
+fn tensor(shape: &[usize], data: &[f64], d: DType) -> Result<Tensor> {
+    match d.compute() {
+        ComputeType::F32 => {
+            Tensor::from_f32_as(shape, &data.iter().map(|x| *x as f32).collect::<Vec<_>>(), d)
+        }
+        ComputeType::I64 => {
+            Tensor::from_i64(shape, data.iter().map(|x| *x as i64).collect())?.to_dtype(d)
+        }
+    }
+}
+
+/// Elementwise ops (unary, binary, cast, copy, causal mask, where) at output `shape`,
+/// broadcasting `ins`; `from` is the type of the first operand, `to` the result's.
+fn pointwise(op: &Op, from: DType, to: DType, shape: &[usize], ins: &[&Arr]) -> Arr {
+    let on = from.compute();
     match op {
-        Op::Unary(u) => elementwise(shape, ins, |v, _| unary(*u, v[0])),
-        Op::Binary(b) => elementwise(shape, ins, |v, _| binary(*b, v[0], v[1])),
-        Op::Cast | Op::Copy => elementwise(shape, ins, |v, _| v[0]),
+        Op::Unary(u) => elementwise(shape, ins, |v, _| unary(*u, on, v[0])),
+        Op::Binary(b) => elementwise(shape, ins, |v, _| binary(*b, on, v[0], v[1])),
+        Op::Cast => elementwise(shape, ins, |v, _| cast(from, to, v[0])),
+        Op::Copy => elementwise(shape, ins, |v, _| v[0]),
+        Op::Where => elementwise(shape, ins, |v, _| if v[0] != 0.0 { v[1] } else { v[2] }),
         Op::CausalMask => {
             let r = shape.len();
             let shift = shape[r - 1] as i64 - shape[r - 2] as i64;
             elementwise(shape, ins, |v, idx| {
                 if idx[r - 1] as i64 > idx[r - 2] as i64 + shift {
-                    f32::NEG_INFINITY
+                    f64::NEG_INFINITY
                 } else {
                     v[0]
                 }
@@ -145,19 +209,38 @@ fn pointwise(op: &Op, shape: &[usize], ins: &[&Arr]) -> Arr {
     }
 }
 
-/// Reduction of `a` over `axis` (kept, of extent 1 in `shape`).
+/// Running sums of `a` (of type `d`) along its last axis: in f32 for floats, wrapping i64 for
+/// integers.
+fn cumsum(a: &Arr, d: DType, exclusive: bool) -> Arr {
+    let n = a.shape.last().copied().unwrap_or(1).max(1);
+    let mut data = Vec::with_capacity(a.data.len());
+    for row in a.data.chunks(n) {
+        let (mut f, mut i) = (0f32, 0i64);
+        for x in row {
+            let before = if d.is_float() { f as f64 } else { i as f64 };
+            f += *x as f32;
+            i = i.wrapping_add(*x as i64);
+            let after = if d.is_float() { f as f64 } else { i as f64 };
+            data.push(if exclusive { before } else { after });
+        }
+    }
+    Arr { shape: a.shape.clone(), data }
+}
+
+/// Reduction of `a` over `axis` (kept, of extent 1 in `shape`), in f32.
 fn reduce(kind: ReduceKind, axis: usize, a: &Arr, shape: &[usize]) -> Arr {
     let st = strides(&a.shape);
     let ext = a.shape[axis];
     let mut data = Vec::with_capacity(shape.iter().product());
     for_each_index(shape, |idx| {
         let base: usize = idx.iter().zip(&st).map(|(i, s)| i * s).sum();
-        let it = (0..ext).map(|k| a.data[base + k * st[axis]]);
-        data.push(match kind {
+        let it = (0..ext).map(|k| a.data[base + k * st[axis]] as f32);
+        let r = match kind {
             ReduceKind::Sum => it.sum(),
             ReduceKind::Mean => it.sum::<f32>() / ext as f32,
             ReduceKind::Max => it.fold(f32::NEG_INFINITY, f32::max),
-        });
+        };
+        data.push(r as f64);
     });
     Arr { shape: shape.to_vec(), data }
 }
@@ -169,7 +252,7 @@ fn matmul(a: &Arr, b: &Arr, shape: &[usize]) -> Arr {
     let k = a.shape[a.shape.len() - 1];
     let batch = &shape[..r - 2];
     let (sa, sb) = (strides(&a.shape), strides(&b.shape));
-    let mut data = vec![0f32; shape.iter().product()];
+    let mut data = vec![0f64; shape.iter().product()];
     let mut bi = 0;
     for_each_index(batch, |bidx| {
         let mut ia = bidx.to_vec();
@@ -182,10 +265,9 @@ fn matmul(a: &Arr, b: &Arr, shape: &[usize]) -> Arr {
             for j in 0..nn {
                 let mut acc = 0f64;
                 for p in 0..k {
-                    acc += a.data[a0 + i * ars + p * acs] as f64
-                        * b.data[b0 + p * brs + j * bcs] as f64;
+                    acc += a.data[a0 + i * ars + p * acs] * b.data[b0 + p * brs + j * bcs];
                 }
-                data[(bi * m + i) * nn + j] = acc as f32;
+                data[(bi * m + i) * nn + j] = acc as f32 as f64;
             }
         }
         bi += 1;

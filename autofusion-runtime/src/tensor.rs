@@ -1,4 +1,4 @@
-//! Host tensors: contiguous row-major storage in f32, f16 or bf16.
+//! Host tensors: contiguous row-major storage in f32, f16, bf16, i64, i32 or bool.
 
 use crate::error::{Error, Result};
 use autofusion_ir::ir::DType;
@@ -9,6 +9,10 @@ pub enum Storage {
     F32(Vec<f32>),
     F16(Vec<f16>),
     BF16(Vec<bf16>),
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+    /// One byte per element, 0 or 1 (what kernels read and write for `bool`).
+    Bool(Vec<u8>),
 }
 
 /// A dense tensor on the host. Its contents never change after construction, so a stamp
@@ -43,6 +47,18 @@ fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
+fn check_len(shape: &[usize], got: usize) -> Result<()> {
+    if got != numel(shape) {
+        return Err(Error::DataLen { shape: shape.to_vec(), expected: numel(shape), got });
+    }
+    Ok(())
+}
+
+/// `x` as an integer the way kernels cast: truncated toward zero, saturated, NaN -> 0.
+fn f32_to_i64(x: f32) -> i64 {
+    x as i64
+}
+
 impl Tensor {
     /// An f32 tensor from data in row-major order.
     pub fn from_f32(shape: &[usize], data: Vec<f32>) -> Result<Tensor> {
@@ -55,8 +71,25 @@ impl Tensor {
         }
         Ok(Tensor { storage: Storage::F32(data), shape: shape.to_vec(), stamp: Stamp::new() })
     }
+    /// An i64 tensor (token ids, positions, masks) from data in row-major order.
+    pub fn from_i64(shape: &[usize], data: Vec<i64>) -> Result<Tensor> {
+        check_len(shape, data.len())?;
+        Ok(Tensor { storage: Storage::I64(data), shape: shape.to_vec(), stamp: Stamp::new() })
+    }
+    /// An i32 tensor from data in row-major order.
+    pub fn from_i32(shape: &[usize], data: Vec<i32>) -> Result<Tensor> {
+        check_len(shape, data.len())?;
+        Ok(Tensor { storage: Storage::I32(data), shape: shape.to_vec(), stamp: Stamp::new() })
+    }
+    /// A bool tensor from data in row-major order.
+    pub fn from_bool(shape: &[usize], data: &[bool]) -> Result<Tensor> {
+        check_len(shape, data.len())?;
+        let bytes = data.iter().map(|b| *b as u8).collect();
+        Ok(Tensor { storage: Storage::Bool(bytes), shape: shape.to_vec(), stamp: Stamp::new() })
+    }
     /// A tensor of `dtype` from its elements as little-endian bytes (as model files store
-    /// them): f32, or the 16-bit patterns of f16 / bf16.
+    /// them): f32, the 16-bit patterns of f16 / bf16, integers, or one byte per bool (any
+    /// nonzero byte is true).
     pub fn from_le_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Tensor> {
         let n = numel(shape);
         if Some(bytes.len()) != n.checked_mul(dtype.size()) {
@@ -73,6 +106,13 @@ impl Tensor {
             ),
             DType::F16 => Storage::F16(bits().map(f16::from_bits).collect()),
             DType::BF16 => Storage::BF16(bits().map(bf16::from_bits).collect()),
+            DType::I64 => Storage::I64(
+                bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
+            ),
+            DType::I32 => Storage::I32(
+                bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect(),
+            ),
+            DType::Bool => Storage::Bool(bytes.iter().map(|b| (*b != 0) as u8).collect()),
         };
         Ok(Tensor { storage, shape: shape.to_vec(), stamp: Stamp::new() })
     }
@@ -86,6 +126,9 @@ impl Tensor {
             DType::F32 => Storage::F32(vec![0.0; n]),
             DType::F16 => Storage::F16(vec![f16::ZERO; n]),
             DType::BF16 => Storage::BF16(vec![bf16::ZERO; n]),
+            DType::I64 => Storage::I64(vec![0; n]),
+            DType::I32 => Storage::I32(vec![0; n]),
+            DType::Bool => Storage::Bool(vec![0; n]),
         };
         Tensor { storage, shape: shape.to_vec(), stamp: Stamp::new() }
     }
@@ -97,6 +140,9 @@ impl Tensor {
             DType::F32 => Storage::F32(crate::memory::try_zeroed(n, graph, what)?),
             DType::F16 => Storage::F16(crate::memory::try_zeroed(n, graph, what)?),
             DType::BF16 => Storage::BF16(crate::memory::try_zeroed(n, graph, what)?),
+            DType::I64 => Storage::I64(crate::memory::try_zeroed(n, graph, what)?),
+            DType::I32 => Storage::I32(crate::memory::try_zeroed(n, graph, what)?),
+            DType::Bool => Storage::Bool(crate::memory::try_zeroed(n, graph, what)?),
         };
         Ok(Tensor { storage, shape: shape.to_vec(), stamp: Stamp::new() })
     }
@@ -122,6 +168,9 @@ impl Tensor {
             Storage::F32(_) => DType::F32,
             Storage::F16(_) => DType::F16,
             Storage::BF16(_) => DType::BF16,
+            Storage::I64(_) => DType::I64,
+            Storage::I32(_) => DType::I32,
+            Storage::Bool(_) => DType::Bool,
         }
     }
     pub fn shape(&self) -> &[usize] {
@@ -133,12 +182,41 @@ impl Tensor {
     pub fn storage(&self) -> &Storage {
         &self.storage
     }
-    /// Values widened to f32.
+    /// Values as f32 (integers beyond 2^24 round to nearest; bools are 0 and 1).
     pub fn to_f32_vec(&self) -> Vec<f32> {
         match &self.storage {
             Storage::F32(v) => v.clone(),
             Storage::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
             Storage::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            Storage::I64(v) => v.iter().map(|x| *x as f32).collect(),
+            Storage::I32(v) => v.iter().map(|x| *x as f32).collect(),
+            Storage::Bool(v) => v.iter().map(|x| *x as f32).collect(),
+        }
+    }
+    /// Values as i64: integers exactly, bools as 0 and 1, floats as kernels cast them
+    /// (truncated toward zero, saturated, NaN -> 0).
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        match &self.storage {
+            Storage::I64(v) => v.clone(),
+            Storage::I32(v) => v.iter().map(|x| *x as i64).collect(),
+            Storage::Bool(v) => v.iter().map(|x| *x as i64).collect(),
+            _ => self.to_f32_vec().into_iter().map(f32_to_i64).collect(),
+        }
+    }
+    /// Values as bools (nonzero is true, NaN included).
+    pub fn to_bool_vec(&self) -> Vec<bool> {
+        match &self.storage {
+            Storage::I64(_) | Storage::I32(_) | Storage::Bool(_) => {
+                self.to_i64_vec().into_iter().map(|x| x != 0).collect()
+            }
+            _ => self.to_f32_vec().into_iter().map(|x| x != 0.0).collect(),
+        }
+    }
+    /// The i64 data, if the tensor is i64.
+    pub fn as_i64(&self) -> Option<&[i64]> {
+        match &self.storage {
+            Storage::I64(v) => Some(v),
+            _ => None,
         }
     }
     /// The f32 data, if the tensor is f32.
@@ -148,13 +226,24 @@ impl Tensor {
             _ => None,
         }
     }
-    /// Convert to another dtype (round to nearest even when narrowing).
+    /// Convert to another dtype as a graph's `cast` does: floats round to nearest even when
+    /// narrowing; floats to integers truncate toward zero and saturate (NaN -> 0); i64 to i32
+    /// wraps; anything to bool is `x != 0`.
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
-        let f = self.to_f32_vec();
         let storage = match dtype {
-            DType::F32 => Storage::F32(f),
-            DType::F16 => Storage::F16(f.iter().map(|x| f16::from_f32(*x)).collect()),
-            DType::BF16 => Storage::BF16(f.iter().map(|x| bf16::from_f32(*x)).collect()),
+            DType::F32 => Storage::F32(self.to_f32_vec()),
+            DType::F16 => {
+                Storage::F16(self.to_f32_vec().iter().map(|x| f16::from_f32(*x)).collect())
+            }
+            DType::BF16 => {
+                Storage::BF16(self.to_f32_vec().iter().map(|x| bf16::from_f32(*x)).collect())
+            }
+            DType::I64 => Storage::I64(self.to_i64_vec()),
+            DType::I32 => Storage::I32(match self.dtype().is_float() {
+                true => self.to_f32_vec().iter().map(|x| *x as i32).collect(),
+                false => self.to_i64_vec().iter().map(|x| *x as i32).collect(),
+            }),
+            DType::Bool => Storage::Bool(self.to_bool_vec().into_iter().map(|b| b as u8).collect()),
         };
         Ok(Tensor { storage, shape: self.shape.clone(), stamp: Stamp::new() })
     }
@@ -180,6 +269,9 @@ impl Tensor {
             Storage::F32(v) => v.as_ptr() as *const u8,
             Storage::F16(v) => v.as_ptr() as *const u8,
             Storage::BF16(v) => v.as_ptr() as *const u8,
+            Storage::I64(v) => v.as_ptr() as *const u8,
+            Storage::I32(v) => v.as_ptr() as *const u8,
+            Storage::Bool(v) => v.as_ptr(),
         }
     }
     /// The contents' identity (see `Stamp`).
@@ -198,6 +290,9 @@ impl Tensor {
             Storage::F32(v) => v.as_mut_ptr() as *mut u8,
             Storage::F16(v) => v.as_mut_ptr() as *mut u8,
             Storage::BF16(v) => v.as_mut_ptr() as *mut u8,
+            Storage::I64(v) => v.as_mut_ptr() as *mut u8,
+            Storage::I32(v) => v.as_mut_ptr() as *mut u8,
+            Storage::Bool(v) => v.as_mut_ptr(),
         }
     }
     /// Largest |a - b| over all elements (NaN if any differs in NaN-ness); shapes must agree.
@@ -208,6 +303,12 @@ impl Tensor {
                 dtype: self.dtype().name().into(),
                 msg: format!("shapes {:?} and {:?} differ", self.shape, other.shape),
             });
+        }
+        if !self.dtype().is_float() && !other.dtype().is_float() {
+            // Integers compare exactly (f32 would round those beyond 2^24).
+            let (a, b) = (self.to_i64_vec(), other.to_i64_vec());
+            let m = a.iter().zip(&b).map(|(x, y)| x.abs_diff(*y)).max().unwrap_or(0);
+            return Ok(m as f32);
         }
         let (a, b) = (self.to_f32_vec(), other.to_f32_vec());
         let mut m = 0f32;
@@ -226,6 +327,13 @@ impl Tensor {
     /// `|a - b| <= atol + rtol * |b|` everywhere (b = `reference`).
     pub fn allclose(&self, reference: &Tensor, rtol: f32, atol: f32) -> Result<bool> {
         self.max_abs_diff(reference)?;
+        if !self.dtype().is_float() && !reference.dtype().is_float() {
+            let (a, b) = (self.to_i64_vec(), reference.to_i64_vec());
+            let (rtol, atol) = (rtol as f64, atol as f64);
+            let close =
+                |x: i64, y: i64| x.abs_diff(y) as f64 <= atol + rtol * y.unsigned_abs() as f64;
+            return Ok(a.iter().zip(&b).all(|(x, y)| close(*x, *y)));
+        }
         let (a, b) = (self.to_f32_vec(), reference.to_f32_vec());
         Ok(a.iter().zip(&b).all(|(x, y)| (x == y) || (x - y).abs() <= atol + rtol * y.abs()))
     }
@@ -241,5 +349,7 @@ pub fn tolerance(dtype: DType) -> (f32, f32) {
         DType::F32 => (1e-4, 1e-4),
         DType::F16 => (1e-2, 1e-2),
         DType::BF16 => (4e-2, 4e-2),
+        // Integers and truth values are exact.
+        DType::I64 | DType::I32 | DType::Bool => (0.0, 0.0),
     }
 }

@@ -155,6 +155,39 @@ static inline float af_gelu_tanh(float x) {
     return 0.5f * x * (1.0f + af_tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
 static inline int64_t af_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+/* Integer values (i64, i32, bool) are computed in int64_t. Arithmetic wraps as two's complement
+ * (through uint64_t: signed overflow would be undefined in C); division truncates toward zero,
+ * wraps at INT64_MIN / -1 and gives 0 for a zero divisor instead of trapping. */
+static inline int64_t af_iadd(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+static inline int64_t af_isub(int64_t a, int64_t b) { return (int64_t)((uint64_t)a - (uint64_t)b); }
+static inline int64_t af_imul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+static inline int64_t af_ineg(int64_t a) { return (int64_t)(0u - (uint64_t)a); }
+static inline int64_t af_idiv(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    if (b == -1) return af_ineg(a);
+    return a / b;
+}
+static inline int64_t af_imax(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t af_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+/* An i32 value: the low 32 bits, sign-extended (two's complement wrap). */
+static inline int64_t af_wrap32(int64_t a) {
+    const uint32_t u = (uint32_t)(uint64_t)a;
+    return u >= 0x80000000u ? (int64_t)u - 0x100000000ll : (int64_t)u;
+}
+/* float -> integer: truncated toward zero, saturated to the target's range, NaN -> 0 (as Rust's
+ * `as`); a plain C conversion of an out-of-range value is undefined. */
+static inline int64_t af_f2i64(float x) {
+    if (x != x) return 0;
+    if (x >= 9.2233720368547758e18f) return INT64_MAX;
+    if (x <= -9.2233720368547758e18f) return INT64_MIN;
+    return (int64_t)x;
+}
+static inline int64_t af_f2i32(float x) {
+    if (x != x) return 0;
+    if (x >= 2147483648.0f) return INT32_MAX;
+    if (x <= -2147483648.0f) return INT32_MIN;
+    return (int64_t)x;
+}
 /* fmaxf/fminf semantics (a NaN operand yields the other), inline and vectorisable. */
 static inline float af_fmax(float a, float b) { return ((b > a) | (a != a)) ? b : a; }
 static inline float af_fmin(float a, float b) { return ((b < a) | (a != a)) ? b : a; }

@@ -49,6 +49,29 @@ pub(crate) trait KernelKind: Sync {
 const KINDS: &[&dyn KernelKind] =
     &[&rows::Rows, &matmul::MatMul, &concat::Concat, &flash::Flash, &horizontal::Horizontal];
 
+/// Matmul and attention kernels hold their prologues and epilogues in f32 registers next to
+/// the products: every member, and every value a member reads, is a float, and no member is a
+/// running sum (a rows kernel computes those).
+pub(crate) fn in_float_registers(g: &Graph, members: &BTreeSet<NodeId>) -> Result<(), String> {
+    for m in members {
+        let n = g.node(*m);
+        let reads = n.inputs.iter().map(|i| g.node(*i));
+        if let Some(v) = std::iter::once(n).chain(reads).find(|v| !v.dtype.is_float()) {
+            return Err(format!(
+                "`{}` ({}) in a kernel that computes in f32 registers: `{}` is {}",
+                n.name,
+                n.op.name(),
+                v.name,
+                v.dtype
+            ));
+        }
+        if matches!(n.op, crate::ir::Op::CumSum { .. }) {
+            return Err(format!("cumsum `{}` runs in a rows kernel only", n.name));
+        }
+    }
+    Ok(())
+}
+
 /// The kind of kernel a group of `kind` is.
 pub(crate) fn of(kind: GroupKind) -> &'static dyn KernelKind {
     *KINDS

@@ -275,6 +275,29 @@ void Abs(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& co
     ascend_sim::unary_op("Abs", ascend_sim::DT_FLOATS, dst, src, count, [](double a) { return std::fabs(a); });
 }
 
+/* ---- Bitwise (section 2.2): int16 / uint16 only on A2 ---- */
+template <typename T>
+void And(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, const int32_t& count)
+{
+    ascend_sim::binary_op("And", ascend_sim::DT_I16 | ascend_sim::DT_U16, dst, src0, src1, count, [](double a, double b) {
+        return static_cast<double>(static_cast<T>(static_cast<uint16_t>(static_cast<int64_t>(a) & static_cast<int64_t>(b))));
+    });
+}
+template <typename T>
+void Or(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1, const int32_t& count)
+{
+    ascend_sim::binary_op("Or", ascend_sim::DT_I16 | ascend_sim::DT_U16, dst, src0, src1, count, [](double a, double b) {
+        return static_cast<double>(static_cast<T>(static_cast<uint16_t>(static_cast<int64_t>(a) | static_cast<int64_t>(b))));
+    });
+}
+template <typename T>
+void Not(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& count)
+{
+    ascend_sim::unary_op("Not", ascend_sim::DT_I16 | ascend_sim::DT_U16, dst, src, count, [](double a) {
+        return static_cast<double>(static_cast<T>(static_cast<uint16_t>(~static_cast<int64_t>(a))));
+    });
+}
+
 /* ---- Duplicate (section 2.2): fill ---- */
 template <typename T>
 void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count)
@@ -396,6 +419,13 @@ constexpr uint32_t cast_modes()
     else if constexpr (std::is_same_v<TI, int32_t> && std::is_same_v<TO, float>) return DIRECTED | NONE;
     else if constexpr (std::is_same_v<TI, half> && std::is_same_v<TO, int32_t>) return DIRECTED;
     else if constexpr (std::is_same_v<TI, bfloat16_t> && std::is_same_v<TO, int32_t>) return DIRECTED;
+    /* the integer pairs of kernel_operator_vec_vconv_impl.h (dav_c220) */
+    else if constexpr (std::is_same_v<TI, int64_t> && std::is_same_v<TO, float>) return DIRECTED;
+    else if constexpr (std::is_same_v<TI, float> && std::is_same_v<TO, int64_t>) return DIRECTED;
+    else if constexpr (std::is_same_v<TI, int64_t> && std::is_same_v<TO, int32_t>) return NONE;
+    else if constexpr (std::is_same_v<TI, int32_t> && std::is_same_v<TO, int64_t>) return NONE;
+    else if constexpr (std::is_same_v<TI, uint8_t> && std::is_same_v<TO, half>) return NONE;
+    else if constexpr (std::is_same_v<TI, half> && std::is_same_v<TO, uint8_t>) return DIRECTED | NONE;
     else return 0;
 }
 
@@ -406,12 +436,13 @@ TO cast_value(TI v, AscendC::RoundMode mode)
         return half::from_bits(round_to_16<f16_bits_from, f16_to>(static_cast<float>(v), mode, 65536.0));
     } else if constexpr (std::is_same_v<TO, bfloat16_t>) {
         return bfloat16_t::from_bits(round_to_16<bf16_bits_from, bf16_to>(static_cast<float>(v), mode, 0x1p128));
-    } else if constexpr (std::is_same_v<TO, int32_t>) {
-        return from_num<int32_t>(round_int(to_num(v), mode));
+    } else if constexpr (std::is_integral_v<TO>) {
+        /* saturating, NaN -> 0 (from_num); int64 beyond 2^53 is inexact in the emulation */
+        return from_num<TO>(round_int(to_num(v), mode));
     } else if constexpr (std::is_same_v<TO, float> && std::is_same_v<TI, float>) {
         return static_cast<float>(round_int(v, mode));
-    } else if constexpr (std::is_same_v<TO, float> && std::is_same_v<TI, int32_t>) {
-        /* int32 -> float: exact in double, then directed rounding to float */
+    } else if constexpr (std::is_same_v<TO, float> && (std::is_same_v<TI, int32_t> || std::is_same_v<TI, int64_t>)) {
+        /* int32 / int64 -> float: exact in double (int64 below 2^53), then directed rounding */
         const double d = static_cast<double>(v);
         const float n = static_cast<float>(d); /* nearest even */
         if (static_cast<double>(n) == d || mode == AscendC::RoundMode::CAST_NONE || mode == AscendC::RoundMode::CAST_RINT) {

@@ -8,7 +8,7 @@ use crate::dim::Shape;
 use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use crate::kernels::rows::RowPhases;
 use crate::layout::resolve;
-use autofusion_ir::ops::fill;
+use autofusion_ir::ops::{fill, Domain};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -50,6 +50,44 @@ pub(crate) fn ascend_type(d: DType) -> &'static str {
         DType::F32 => "float",
         DType::F16 => "half",
         DType::BF16 => "bfloat16_t",
+        DType::I64 => "int64_t",
+        DType::I32 => "int32_t",
+        DType::Bool => "uint8_t",
+    }
+}
+
+/// Whether values of `d` sit in the vector lanes as stored (f32). Every other type is converted
+/// into f32 lanes when read and back when written: the vector unit of A2 has no 64-bit integer
+/// arithmetic (and no integer division), so integers and truth values are carried as f32,
+/// exact for magnitudes below 2^24 (ids, positions, lengths; `docs/ascend-decode.md`).
+pub(crate) fn in_f32_lanes(d: DType) -> bool {
+    d == DType::F32
+}
+
+/// Whether rows of `d` go between GM and UB through the scalar unit rather than `DataCopyPad`.
+/// One-byte `DataCopyPad` (`copy_gm_to_ubuf_align_b8`) exists on A2, but the official-header
+/// check cannot compile it yet (its intrinsic stubs lack the b8 forms), so `bool` rows are
+/// read and written element by element; masks are small.
+pub(crate) fn by_scalar_unit(d: DType) -> bool {
+    d == DType::Bool
+}
+
+/// The statements converting `cn` elements of UB tensor `x` (type `d`, not f32) into f32 slot
+/// `sl` (`hb`: the half scratch, for the two-step conversions).
+pub(crate) fn widen_to_f32(d: DType, sl: &str, x: &str) -> Vec<String> {
+    let ty = ascend_type(d);
+    let cast = |to: &str, from: &str, dst: &str, src: &str, mode: &str| {
+        format!("AscendC::Cast<{to}, {from}>({dst}, {src}, AscendC::RoundMode::{mode}, cn);")
+    };
+    match d {
+        DType::F32 => vec![],
+        DType::F16 | DType::BF16 | DType::I32 => vec![cast("float", ty, sl, x, "CAST_NONE")],
+        // int64 -> float allows no CAST_NONE on A2; the values are exact below 2^24.
+        DType::I64 => vec![cast("float", ty, sl, x, "CAST_RINT")],
+        DType::Bool => vec![
+            cast("half", ty, "hb", x, "CAST_NONE"),
+            cast("float", "half", sl, "hb", "CAST_NONE"),
+        ],
     }
 }
 
@@ -236,6 +274,151 @@ pub(crate) fn binary_seq(out: &mut Code, b: BinaryOp, dst: &str, x: &V, y: &V, n
     }
 }
 
+/// A comparison of `x` and `y` into `dst` as 0.0 / 1.0 lanes, by arithmetic: the vector
+/// `Compare` writes a bit mask and handles only whole 256-byte repeats. `x < y` is
+/// min((y - x)^+ * 1e60, 1): 1 for any positive difference (integers: >= 1; floats: the
+/// smallest subnormal times 1e60 is still > 1), 0 otherwise. Operands are taken to be
+/// neither NaN nor equal infinities (documented in ARCHITECTURE.md).
+pub(crate) fn compare_seq(out: &mut Code, b: BinaryOp, dst: &str, x: &V, y: &V) {
+    let x = materialise(out, x, "ta", "cn");
+    let y = materialise(out, y, "tb", "cn");
+    let lt = |out: &mut Code, p: &str, q: &str| {
+        let _ = writeln!(out, "AscendC::Sub(tc, {q}, {p}, cn);");
+        out.line("AscendC::Maxs(tc, tc, 0.0f, cn);");
+    };
+    let (negate, lines): (bool, &dyn Fn(&mut Code)) = match b {
+        BinaryOp::Lt => (false, &|o: &mut Code| lt(o, &x, &y)),
+        BinaryOp::Gt => (false, &|o: &mut Code| lt(o, &y, &x)),
+        BinaryOp::Le => (true, &|o: &mut Code| lt(o, &y, &x)),
+        BinaryOp::Ge => (true, &|o: &mut Code| lt(o, &x, &y)),
+        BinaryOp::Eq => (true, &|o: &mut Code| {
+            let _ = writeln!(o, "AscendC::Sub(tc, {x}, {y}, cn);");
+            o.line("AscendC::Abs(tc, tc, cn);");
+        }),
+        b => unreachable!("{} is not a comparison", b.name()),
+    };
+    lines(out);
+    out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
+    out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
+    let _ = writeln!(out, "AscendC::Mins({dst}, tc, 1.0f, cn);");
+    if negate {
+        let _ = writeln!(out, "AscendC::Muls({dst}, {dst}, -1.0f, cn);");
+        let _ = writeln!(out, "AscendC::Adds({dst}, {dst}, 1.0f, cn);");
+    }
+}
+
+/// Integer division of integral f32 lanes into `dst`: truncated toward zero, 0 where the
+/// divisor is 0 (the host's `af_idiv`). The divisor is made 1 where it is 0 (|y| >= 1
+/// elsewhere), the quotient truncated and multiplied by `min(|y|, 1)`.
+pub(crate) fn integer_div(out: &mut Code, dst: &str, x: &V, y: &V) {
+    let x = materialise(out, x, "ta", "cn");
+    let y = materialise(out, y, "tb", "cn");
+    let _ = writeln!(out, "AscendC::Abs(tc, {y}, cn);");
+    out.line("AscendC::Mins(tc, tc, 1.0f, cn); /* 1 where y != 0 */");
+    let _ = writeln!(out, "AscendC::Adds({dst}, tc, -1.0f, cn);");
+    let _ = writeln!(out, "AscendC::Sub({dst}, {y}, {dst}, cn); /* y, or 1 where y = 0 */");
+    let _ = writeln!(out, "AscendC::Div({dst}, {x}, {dst}, cn);");
+    let _ = writeln!(
+        out,
+        "AscendC::Cast<float, float>(ta, {dst}, AscendC::RoundMode::CAST_TRUNC, cn);"
+    );
+    let _ = writeln!(out, "AscendC::Mul({dst}, ta, tc, cn);");
+}
+
+/// `cast` of `x` (type `from`) to `to` into `dst`, where either is not a float type: floats
+/// to integers truncate; anything to `bool` is `x != 0` (as `compare_seq`); the rest keep the
+/// value (integers and truth values are already integral f32 lanes).
+pub(crate) fn cast_seq(out: &mut Code, from: DType, to: DType, dst: &str, x: &V) {
+    let x = materialise(out, x, "ta", "cn");
+    if to == DType::Bool && from != DType::Bool {
+        let _ = writeln!(out, "AscendC::Abs(tc, {x}, cn);");
+        out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
+        out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
+        let _ = writeln!(out, "AscendC::Mins({dst}, tc, 1.0f, cn);");
+    } else if from.is_float() {
+        let _ = writeln!(
+            out,
+            "AscendC::Cast<float, float>({dst}, {x}, AscendC::RoundMode::CAST_TRUNC, cn);"
+        );
+    } else {
+        let _ = writeln!(out, "AscendC::Adds({dst}, {x}, 0.0f, cn);");
+    }
+}
+
+/// `cast_seq` of a scalar.
+pub(crate) fn cast_scalar(from: DType, to: DType, x: &str) -> String {
+    if to == DType::Bool && from != DType::Bool {
+        format!("({x} != 0.0f ? 1.0f : 0.0f)")
+    } else if from.is_float() && !to.is_float() {
+        format!("(float)(int64_t)({x})")
+    } else {
+        x.to_string()
+    }
+}
+
+/// `where(c, a, b)` into `dst`. A row-constant condition picks one operand for the chunk; a
+/// full-width one selects bit patterns (so infinities and NaN pass unchanged, which
+/// `c a + (1 - c) b` would not): the mask 0 / -1 as int32 words from the 0.0 / 1.0 lanes,
+/// then `(a & m) | (b & ~m)` on the 16-bit halves (the vector unit's bitwise ops are 16-bit).
+pub(crate) fn where_seq(out: &mut Code, dst: &str, c: &V, a: &V, b: &V) {
+    let copy = |out: &mut Code, v: &V| match v {
+        V::T(t) => {
+            let _ = writeln!(out, "AscendC::Adds({dst}, {t}, 0.0f, cn);");
+        }
+        V::S(s) => {
+            let _ = writeln!(out, "AscendC::Duplicate({dst}, (float)({s}), cn);");
+        }
+    };
+    let c = match c {
+        V::S(s) => {
+            out.open(format!("if ({s} != 0.0f)"));
+            copy(out, a);
+            out.close();
+            out.open("else");
+            copy(out, b);
+            out.close();
+            return;
+        }
+        V::T(t) => t,
+    };
+    let a = materialise(out, a, "ta", "cn");
+    let b = materialise(out, b, "tb", "cn");
+    let u16 = |t: &str| format!("{t}.ReinterpretCast<uint16_t>()");
+    let (du, au, bu, mu, tu) = (u16(dst), u16(&a), u16(&b), u16("tc"), u16("ta"));
+    out.block("", |o| {
+        o.line("AscendC::LocalTensor<int32_t> m = tc.ReinterpretCast<int32_t>();");
+        let _ = writeln!(
+            o,
+            "AscendC::Cast<int32_t, float>(m, {c}, AscendC::RoundMode::CAST_RINT, cn);"
+        );
+        o.line("AscendC::Muls(m, m, (int32_t)-1, cn); /* 0 or all ones */");
+        let _ = writeln!(o, "AscendC::And({du}, {au}, {mu}, 2 * cn);");
+        let _ = writeln!(o, "AscendC::Not({mu}, {mu}, 2 * cn);");
+        let _ = writeln!(o, "AscendC::And({tu}, {bu}, {mu}, 2 * cn);");
+        let _ = writeln!(o, "AscendC::Or({du}, {du}, {tu}, 2 * cn);");
+    });
+}
+
+/// A running sum along the row into `dst` by the scalar unit, carried across chunks in `acc`.
+pub(crate) fn cumsum_seq(out: &mut Code, dst: &str, x: &V, acc: &str, exclusive: bool) {
+    let x = materialise(out, x, "ta", "cn");
+    out.line(
+        "AscendC::PipeBarrier<PIPE_ALL>(); /* the scalar unit reads what the vector unit wrote */",
+    );
+    let step = if exclusive {
+        format!("{dst}.SetValue((uint32_t)j, {acc}); {acc} += v;")
+    } else {
+        format!("{acc} += v; {dst}.SetValue((uint32_t)j, {acc});")
+    };
+    let _ = writeln!(
+        out,
+        "for (int32_t j = 0; j < cn; ++j) {{ const float v = {x}.GetValue((uint32_t)j); {step} }}"
+    );
+    out.line(
+        "AscendC::PipeBarrier<PIPE_ALL>(); /* the vector unit reads what the scalar unit wrote */",
+    );
+}
+
 pub(crate) fn materialise(out: &mut Code, v: &V, tmp: &str, n: &str) -> String {
     match v {
         V::T(t) => t.clone(),
@@ -246,11 +429,25 @@ pub(crate) fn materialise(out: &mut Code, v: &V, tmp: &str, n: &str) -> String {
     }
 }
 
+/// `cn` f32 lanes of UB tensor `v` written to GM tensor `dst` (type `d`) by the scalar unit,
+/// each element's cache line written back as it is stored.
+pub(crate) fn scalar_store(c: &mut Code, d: DType, dst: &str, v: &str) {
+    let ty = ascend_type(d);
+    c.line(
+        "AscendC::PipeBarrier<PIPE_ALL>(); /* the scalar unit reads what the vector unit wrote */",
+    );
+    c.block("for (int32_t j = 0; j < cn; ++j)", |c| {
+        let _ = writeln!(c, "{dst}.SetValue((uint32_t)j, static_cast<{ty}>({v}.GetValue((uint32_t)j)));");
+        let _ = writeln!(c, "AscendC::DataCacheCleanAndInvalid<{ty}, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>({dst}[(uint32_t)j]);");
+    });
+}
+
 /// Round a float slot to `d` and back, as the reference rounds f16/bf16 values where they are
-/// computed.
+/// computed. Integer and truth values are integral in their f32 lanes by construction (each op
+/// that could leave the integers truncates: `integer_div`, `cast_seq`).
 pub(crate) fn round_seq(out: &mut Code, d: DType, dst: &str, n: &str) {
     let (ty, scratch) = match d {
-        DType::F32 => return,
+        DType::F32 | DType::I64 | DType::I32 | DType::Bool => return,
         DType::F16 => ("half", "hb"),
         DType::BF16 => ("bfloat16_t", "bb"),
     };
@@ -266,7 +463,7 @@ pub(crate) fn round_seq(out: &mut Code, d: DType, dst: &str, n: &str) {
 
 pub(crate) fn round_scalar(d: DType, e: String) -> String {
     match d {
-        DType::F32 => e,
+        DType::F32 | DType::I64 | DType::I32 | DType::Bool => e,
         DType::F16 => format!("af_s_round(sc, hb, {e})"),
         DType::BF16 => format!("af_s_round_bf(sc, bb, {e})"),
     }
@@ -332,7 +529,7 @@ impl Job<'_> {
     pub(crate) fn scalar_sources(&self, out: &mut Code) {
         for (id, s) in &self.srcs {
             if let Src::Scalar { gm, off, d } = s {
-                let v = if d.is_compute() {
+                let v = if in_f32_lanes(*d) {
                     format!("{gm}.GetValue({off})")
                 } else {
                     format!("static_cast<float>({gm}.GetValue({off}))")
@@ -359,10 +556,17 @@ impl Job<'_> {
                 Op::Reduce { .. } => format!("{t}acc{}", m.0),
                 op => {
                     let ops: Vec<String> = n.inputs.iter().map(|i| self.row_value(*i)).collect();
+                    let from = self.g.node(n.inputs[0]).dtype;
                     match op {
                         Op::Unary(u) => unary_scalar(*u, &ops[0]),
+                        Op::Binary(BinaryOp::Div) if !n.dtype.is_float() => {
+                            let (x, y) = (&ops[0], &ops[1]);
+                            format!("({y} == 0.0f ? 0.0f : (float)(int64_t)({x} / {y}))")
+                        }
                         Op::Binary(b) => binary_scalar(*b, &ops[0], &ops[1]),
-                        Op::Cast | Op::Copy => ops[0].clone(),
+                        Op::Where => format!("({} != 0.0f ? {} : {})", ops[0], ops[1], ops[2]),
+                        Op::Cast => cast_scalar(from, n.dtype, &ops[0]),
+                        Op::Copy => ops[0].clone(),
                         op => unreachable!("{} as a row value", op.name()),
                     }
                 }
@@ -405,6 +609,11 @@ impl Job<'_> {
             let init = if is_max(self.g, m) { "AF_NEG_INF" } else { "0.0f" };
             let _ = writeln!(out, "float {t}acc{} = {init};", m.0);
         }
+        for &m in self.nodes.iter().filter(|m| need.contains(m)) {
+            if matches!(self.g.node(m).op, Op::CumSum { .. }) {
+                let _ = writeln!(out, "float {} = 0.0f;", self.running_sum(m, p));
+            }
+        }
         out.open(format!("for (int64_t c0 = 0; c0 < {}; c0 += CH)", self.ncols));
         let _ = writeln!(out, "const int32_t cn = (int32_t)af_min(CH, {} - c0);", self.ncols);
         let mut chunk = self.copy_in(ub, &need, out);
@@ -413,7 +622,7 @@ impl Job<'_> {
             if reds.contains(&m) {
                 self.reduce_step(m, &chunk.slots, out);
             } else if need.contains(&m) {
-                self.compute(ub, m, &mut chunk.slots, out);
+                self.compute(ub, m, p, &mut chunk.slots, out);
             }
         }
         self.copy_out(ub, ph, p, &chunk.slots, out);
@@ -446,7 +655,7 @@ impl Job<'_> {
                 }
                 Src::Gather { gm, off, col0, stride, d } => {
                     let sl = ub.slot();
-                    let cv = if d.is_compute() {
+                    let cv = if in_f32_lanes(*d) {
                         format!("{gm}.GetValue({off} + ({col0} + c0 + j) * ({stride}))")
                     } else {
                         format!("static_cast<float>({gm}.GetValue({off} + ({col0} + c0 + j) * ({stride})))")
@@ -465,14 +674,13 @@ impl Job<'_> {
         for (id, q, x, d) in &chunk.dequeued {
             let ty = ascend_type(*d);
             let _ = writeln!(out, "AscendC::LocalTensor<{ty}> {x} = {q}.DeQue<{ty}>();");
-            if d.is_compute() {
+            if in_f32_lanes(*d) {
                 chunk.slots.insert(*id, x.clone());
             } else {
                 let sl = ub.slot();
-                let _ = writeln!(
-                    out,
-                    "AscendC::Cast<float, {ty}>({sl}, {x}, AscendC::RoundMode::CAST_NONE, cn);"
-                );
+                for line in widen_to_f32(*d, &sl, x) {
+                    out.line(line);
+                }
                 chunk.slots.insert(*id, sl);
             }
         }
@@ -504,23 +712,46 @@ impl Job<'_> {
     }
 
     /// Full-width member `m` over the chunk into a new slot, rounded to its dtype.
+    /// The running sum of cumsum member `m` in chunk loop `p` (a member of an earlier phase
+    /// is recomputed in a later loop, from the start of the row).
+    pub(crate) fn running_sum(&self, m: NodeId, p: usize) -> String {
+        format!("{}cs{}_{p}", self.tag, m.0)
+    }
+
+    /// Full-width member `m` of chunk loop `p` over the chunk into a new slot, rounded to its
+    /// dtype.
     pub(crate) fn compute(
         &self,
         ub: &mut Ub,
         m: NodeId,
+        p: usize,
         slots: &mut BTreeMap<NodeId, String>,
         out: &mut Code,
     ) {
         let n = self.g.node(m);
         let dst = ub.slot();
         let ops: Vec<V> = n.inputs.iter().map(|i| self.value_of(*i, slots)).collect();
+        let from = self.g.node(n.inputs.first().copied().unwrap_or(m)).dtype;
         let _ = writeln!(out, "/* {} = {} */", n.name, n.op.name());
         match &n.op {
             Op::Unary(u) => {
                 let x = materialise(out, &ops[0], "ta", "cn");
                 unary_seq(out, *u, &dst, &x, "cn");
             }
+            Op::Binary(b) if b.spec().domain == Domain::Compare => {
+                compare_seq(out, *b, &dst, &ops[0], &ops[1]);
+            }
+            Op::Binary(BinaryOp::Div) if !n.dtype.is_float() => {
+                integer_div(out, &dst, &ops[0], &ops[1]);
+            }
             Op::Binary(b) => binary_seq(out, *b, &dst, &ops[0], &ops[1], "cn"),
+            Op::Where => where_seq(out, &dst, &ops[0], &ops[1], &ops[2]),
+            Op::CumSum { exclusive, .. } => {
+                cumsum_seq(out, &dst, &ops[0], &self.running_sum(m, p), *exclusive);
+            }
+            Op::Cast if !(from.is_float() && n.dtype.is_float()) => {
+                cast_seq(out, from, n.dtype, &dst, &ops[0]);
+            }
             Op::Cast | Op::Copy => match &ops[0] {
                 V::T(x) => {
                     let _ = writeln!(out, "AscendC::Adds({dst}, {x}, 0.0f, cn);");
@@ -569,11 +800,18 @@ impl Job<'_> {
             }
             let d = *d;
             let ty = ascend_type(d);
-            let q = ub.queue(format!("{}o{}", self.tag, id.0), d, false);
             let v = materialise(out, &self.value_of(*id, slots), "ta", "cn");
+            if by_scalar_unit(d) {
+                let name = &self.g.node(*id).name;
+                out.block_noted("", &format!("CopyOut {name} (by the scalar unit)"), |c| {
+                    scalar_store(c, d, &format!("{gm}[{off} + c0]"), &v);
+                });
+                continue;
+            }
+            let q = ub.queue(format!("{}o{}", self.tag, id.0), d, false);
             out.block_noted("", &format!("CopyOut {}", self.g.node(*id).name), |c| {
                 let _ = writeln!(c, "AscendC::LocalTensor<{ty}> y = {q}.AllocTensor<{ty}>();");
-                if d.is_compute() {
+                if in_f32_lanes(d) {
                     let _ = writeln!(c, "AscendC::Adds(y, {v}, 0.0f, cn);");
                 } else {
                     let _ = writeln!(
@@ -595,7 +833,7 @@ impl Job<'_> {
             }
             let v = self.row_value(*id);
             let ty = ascend_type(*d);
-            let conv = if d.is_compute() { v } else { format!("static_cast<{ty}>({v})") };
+            let conv = if in_f32_lanes(*d) { v } else { format!("static_cast<{ty}>({v})") };
             let _ = writeln!(out, "{gm}.SetValue({off}, {conv}); /* {} */", self.g.node(*id).name);
             let _ = writeln!(out, "AscendC::DataCacheCleanAndInvalid<{ty}, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>({gm}[{off}]);");
         }
@@ -628,14 +866,18 @@ impl K<'_> {
         let gm = self.gm(self.em.buf[&base]);
         let d = self.em.g.node(v).dtype;
         let off = format!("{}_row{a}", sp.tag);
-        match self.em.col_stride.get(&a) {
-            Some(1) => Src::Row { gm, off: format!("{off} + {col0}"), d },
+        let stride = self.em.col_stride.get(&a).copied();
+        match stride {
+            Some(1) if !by_scalar_unit(d) => Src::Row { gm, off: format!("{off} + {col0}"), d },
             Some(0) => Src::Scalar { gm, off, d },
             _ => Src::Gather {
                 gm,
                 off,
                 col0: col0.to_string(),
-                stride: format!("ac{a}_s{}", sp.shape.len() - 1),
+                stride: match stride {
+                    Some(1) => "1".into(),
+                    _ => format!("ac{a}_s{}", sp.shape.len() - 1),
+                },
                 d,
             },
         }

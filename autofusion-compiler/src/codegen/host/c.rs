@@ -3,39 +3,86 @@
 //! kind's host emission writes through these.
 
 use crate::codegen::emit::{c_float, Code, Emitter, Space};
-use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, UnaryOp};
+use crate::ir::{BinaryOp, ComputeType, DType, Graph, NodeId, Op, UnaryOp};
 use crate::layout::resolve;
 use autofusion_ir::ops::fill;
 use std::collections::BTreeSet;
 
-pub(crate) fn unary_c(u: UnaryOp, x: &str) -> String {
-    fill(u.spec().c, &[("x", x)])
+/// `u` on an operand computed in `on`.
+pub(crate) fn unary_c(u: UnaryOp, on: ComputeType, x: &str) -> String {
+    let s = u.spec();
+    fill(if on == ComputeType::F32 { s.c } else { s.c_int }, &[("x", x)])
 }
 
-pub(crate) fn binary_c(b: BinaryOp, x: &str, y: &str) -> String {
-    fill(b.spec().c, &[("x", x), ("y", y)])
+/// `b` on operands computed in `on`.
+pub(crate) fn binary_c(b: BinaryOp, on: ComputeType, x: &str, y: &str) -> String {
+    let s = b.spec();
+    fill(if on == ComputeType::F32 { s.c } else { s.c_int }, &[("x", x), ("y", y)])
 }
 
 pub(crate) fn load(d: DType, ptr: &str, idx: &str) -> String {
     match d {
-        DType::F32 => format!("{ptr}[{idx}]"),
+        DType::F32 | DType::I64 => format!("{ptr}[{idx}]"),
         DType::F16 => format!("af_h2f({ptr}[{idx}])"),
         DType::BF16 => format!("af_bf2f({ptr}[{idx}])"),
+        DType::I32 | DType::Bool => format!("(int64_t){ptr}[{idx}]"),
     }
 }
 
 pub(crate) fn store(d: DType, ptr: &str, idx: &str, v: &str) -> String {
     match d {
-        DType::F32 => format!("{ptr}[{idx}] = {v};"),
+        DType::F32 | DType::I64 => format!("{ptr}[{idx}] = {v};"),
         DType::F16 => format!("{ptr}[{idx}] = af_f2h({v});"),
         DType::BF16 => format!("{ptr}[{idx}] = af_f2bf({v});"),
+        DType::I32 => format!("{ptr}[{idx}] = (int32_t){v};"),
+        DType::Bool => format!("{ptr}[{idx}] = (uint8_t){v};"),
     }
 }
 
+/// The C type of an element in memory.
 pub(crate) fn ctype(d: DType) -> &'static str {
     match d {
         DType::F32 => "float",
         DType::F16 | DType::BF16 => "uint16_t",
+        DType::I64 => "int64_t",
+        DType::I32 => "int32_t",
+        DType::Bool => "uint8_t",
+    }
+}
+
+/// The C type values are computed in.
+pub(crate) fn compute_ctype(c: ComputeType) -> &'static str {
+    match c {
+        ComputeType::F32 => "float",
+        ComputeType::I64 => "int64_t",
+    }
+}
+
+/// A constant of type `d` as a C literal.
+pub(crate) fn c_const(value: f64, d: DType) -> String {
+    match d.compute() {
+        ComputeType::F32 => c_float(value),
+        ComputeType::I64 => c_int(value as i64),
+    }
+}
+
+pub(crate) fn c_int(v: i64) -> String {
+    if v == i64::MIN {
+        "INT64_MIN".into()
+    } else {
+        format!("INT64_C({v})")
+    }
+}
+
+/// `x`, a value of type `from`, converted to `to` (before `round_to`'s wrapping to 32 bits):
+/// floats to integers truncate and saturate, anything to `bool` is `x != 0`.
+pub(crate) fn cast_c(from: DType, to: DType, x: &str) -> String {
+    match (from.compute(), to) {
+        (_, DType::Bool) if from != DType::Bool => format!("({x} != 0)"),
+        (ComputeType::F32, DType::I64) => format!("af_f2i64({x})"),
+        (ComputeType::F32, DType::I32) => format!("af_f2i32({x})"),
+        (ComputeType::I64, DType::F32 | DType::F16 | DType::BF16) => format!("(float){x}"),
+        _ => x.to_string(),
     }
 }
 
@@ -96,7 +143,7 @@ pub(crate) fn operand(
 ) -> String {
     let n = em.g.node(i);
     if let Op::Const { value } = n.op {
-        return c_float(value);
+        return c_const(value, n.dtype);
     }
     if members.contains(&i) {
         return local(i).expect("member computed before use");
@@ -106,12 +153,14 @@ pub(crate) fn operand(
 
 /// The C expression of an elementwise member given its operand expressions.
 /// Values of f16/bf16 type are rounded where they are computed, as the reference does, so a
-/// later `cast` to f32 sees the same value; arithmetic itself is f32.
+/// later `cast` to f32 sees the same value; arithmetic itself is f32. An i32 value, computed in
+/// 64 bits, wraps to 32 there; a `bool` is 0 or 1 as computed.
 pub(crate) fn round_to(d: DType, e: String) -> String {
     match d {
-        DType::F32 => e,
+        DType::F32 | DType::I64 | DType::Bool => e,
         DType::F16 => format!("af_round_f16({e})"),
         DType::BF16 => format!("af_round_bf16({e})"),
+        DType::I32 => format!("af_wrap32({e})"),
     }
 }
 
@@ -127,11 +176,13 @@ pub(crate) fn member_expr_raw(
     col: &str,
 ) -> String {
     let n = g.node(id);
+    let on = || g.node(n.inputs[0]).dtype.compute();
     match &n.op {
-        Op::Unary(u) => unary_c(*u, &ops[0]),
-        Op::Binary(b) => binary_c(*b, &ops[0], &ops[1]),
+        Op::Unary(u) => unary_c(*u, on(), &ops[0]),
+        Op::Binary(b) => binary_c(*b, on(), &ops[0], &ops[1]),
         Op::Copy => ops[0].clone(),
-        Op::Cast => ops[0].clone(),
+        Op::Cast => cast_c(g.node(n.inputs[0]).dtype, n.dtype, &ops[0]),
+        Op::Where => format!("({} ? {} : {})", ops[0], ops[1], ops[2]),
         Op::CausalMask => {
             let r = sp.shape.len();
             let row = if r >= 2 { format!("{}_i{}", sp.tag, r - 2) } else { "0".into() };
@@ -158,7 +209,26 @@ pub(crate) fn member_def(
     let n = em.g.node(m);
     let ops: Vec<String> =
         n.inputs.iter().map(|i| operand(em, sp, members, local, *i, col)).collect();
-    format!("const float {} = {}; /* {} */", em.var(m), member_expr(em.g, sp, m, &ops, col), n.name)
+    let ty = compute_ctype(n.dtype.compute());
+    let v = em.var(m);
+    if let Op::CumSum { exclusive, .. } = n.op {
+        // The running sum `cs<m>` is declared before the column loop (`cumsum_init`).
+        let acc = format!("cs{}", m.0);
+        let step =
+            format!("{acc} = {};", binary_c(BinaryOp::Add, n.dtype.compute(), &acc, &ops[0]));
+        let def = format!("const {ty} {v} = {}; /* {} */", round_to(n.dtype, acc.clone()), n.name);
+        return if exclusive { format!("{def} {step}") } else { format!("{step} {def}") };
+    }
+    format!("const {ty} {v} = {}; /* {} */", member_expr(em.g, sp, m, &ops, col), n.name)
+}
+
+/// The declaration of the running sum of cumsum member `m`, before its column loop.
+pub(crate) fn cumsum_init(g: &Graph, m: NodeId) -> Option<String> {
+    let n = g.node(m);
+    matches!(n.op, Op::CumSum { .. }).then(|| {
+        let ty = compute_ctype(n.dtype.compute());
+        format!("{ty} cs{} = 0; /* {} */", m.0, n.name)
+    })
 }
 
 /// The store of member `m` (an output of its kernel) at element `idx` of its output buffer.

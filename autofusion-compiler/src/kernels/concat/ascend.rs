@@ -61,7 +61,14 @@ pub(crate) fn gen_concat(k: &mut K, grp: &Group) -> Work {
             let _ = writeln!(c, "{q}.EnQue(x);");
             let _ = writeln!(c, "x = {q}.DeQue<{ty}>();");
             c.line("AscendC::PipeBarrier<PIPE_ALL>(); /* the copy out reads what MTE2 / the scalar unit wrote */");
-            c.line(pad_out(&format!("{ob}[r * N + c0]"), "x", ty));
+            if by_scalar_unit(n.dtype) {
+                c.block("for (int32_t j = 0; j < cn; ++j)", |c| {
+                    let _ = writeln!(c, "{ob}.SetValue((uint64_t)(r * N + c0 + j), x.GetValue((uint32_t)j));");
+                    let _ = writeln!(c, "AscendC::DataCacheCleanAndInvalid<{ty}, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>({ob}[(uint64_t)(r * N + c0 + j)]);");
+                });
+            } else {
+                c.line(pad_out(&format!("{ob}[r * N + c0]"), "x", ty));
+            }
             let _ = writeln!(c, "{q}.FreeTensor(x);");
         });
         start = end;

@@ -28,6 +28,7 @@ impl KernelKind for Flash {
         members: &BTreeSet<NodeId>,
         _anchor: Option<NodeId>,
     ) -> Result<(), String> {
+        crate::kernels::in_float_registers(g, members)?;
         crate::group::flash_parts(g, members)
             .map(|_| ())
             .ok_or_else(|| "the members are not one attention pattern".into())

@@ -135,6 +135,9 @@ pub(crate) fn matmul_setup(em: &Emitter, mp: &MatmulPart, c: &mut Code) {
             DType::F32 => ("float", "B"),
             DType::F16 => ("uint16_t", "B (f16 bits)"),
             DType::BF16 => ("uint16_t", "B (bf16 bits)"),
+            DType::I64 | DType::I32 | DType::Bool => {
+                unreachable!("matmul operands are floats (ir::infer)")
+            }
         };
         c.line(format!("const {t} *restrict Bpk = (const {t} *)bufs[{slot}]; /* {what}, packed once per weight tensor */"));
         c.line("const int64_t nsl = (N + NR - 1) / NR;");
@@ -202,6 +205,9 @@ pub(crate) fn widen_or_direct(
         DType::F32 => return nested_loops(c, &[tiles], &call("uk", "bsl")),
         DType::F16 => ("uk_f16", "widen_f16"),
         DType::BF16 => ("uk_bf16", "widen_bf16"),
+        DType::I64 | DType::I32 | DType::Bool => {
+            unreachable!("matmul operands are floats (ir::infer)")
+        }
     };
     let note = "widen the sliver once for the row tiles that share it";
     c.if_else(

@@ -53,6 +53,7 @@ pub(crate) fn check_part(
     anchor: NodeId,
     members: &BTreeSet<NodeId>,
 ) -> Result<(), String> {
+    crate::kernels::in_float_registers(g, members)?;
     let prologue = crate::group::prologue_of(g, anchor, |m| members.contains(m));
     crate::kernels::rows::row_ops_only(g, &prologue)?;
     let out = &g.node(anchor).shape;

@@ -109,6 +109,11 @@ pub(crate) fn column_loop(em: &Emitter, rl: &RowLoop, p: usize, c: &mut Code) {
             vec![init; RED_LANES].join(", ")
         ));
     }
+    for (&m, _) in rl.s.phase.iter().filter(|(_, lp)| **lp == p) {
+        if let Some(init) = cumsum_init(g, m) {
+            c.line(init);
+        }
+    }
     let (lb, lt) = column_bodies(em, rl, p);
     if reds.is_empty() {
         c.block("for (int64_t c = 0; c < N; ++c)", |c| {

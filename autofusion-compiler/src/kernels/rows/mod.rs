@@ -139,9 +139,11 @@ impl KernelKind for Rows {
     ) -> Result<(), String> {
         row_ops_only(g, members)?;
         let nodes: Vec<NodeId> = members.iter().copied().collect();
-        crate::group::space_of(g, &nodes).map(|_| ()).ok_or_else(|| {
-            "members iterate over different shapes (a rows kernel has one space)".into()
-        })
+        let space = crate::group::space_of(g, &nodes).ok_or_else(|| {
+            "members iterate over different shapes (a rows kernel has one space)".to_string()
+        })?;
+        scans_span_the_row(g, &nodes, &space)?;
+        integers_stay_in_their_loop(g, &nodes, &space, members)
     }
     fn cost(&self, k: &Kernel) -> Result<KernelCost, String> {
         cost::rows_cost(k)
@@ -154,13 +156,50 @@ impl KernelKind for Rows {
     }
 }
 
-/// Whether every member is elementwise or a reduction over its input's last axis: what a row
-/// loop computes.
+/// A running sum runs along the whole row of the space (one accumulator per row).
+fn scans_span_the_row(g: &Graph, nodes: &[NodeId], space: &Shape) -> Result<(), String> {
+    for &m in nodes {
+        let n = g.node(m);
+        if matches!(n.op, Op::CumSum { .. }) && iter_shape(g, m) != *space {
+            return Err(format!(
+                "cumsum `{}` does not run along the rows of the kernel's space",
+                n.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Row buffers hold f32: an integer or `bool` value read in a later column loop than its own
+/// would be rounded there, so such a group is not one rows kernel.
+fn integers_stay_in_their_loop(
+    g: &Graph,
+    nodes: &[NodeId],
+    space: &Shape,
+    members: &BTreeSet<NodeId>,
+) -> Result<(), String> {
+    let ph = RowPhases::of(g, nodes, space, []);
+    for m in row_buffers(g, members, &ph.phase, &ph.reduce_loop).keys() {
+        let n = g.node(*m);
+        if !n.dtype.is_float() {
+            return Err(format!(
+                "`{}` ({}) would be kept in an f32 row buffer between column loops",
+                n.name, n.dtype
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether every member is elementwise, a reduction over its input's last axis or a running
+/// sum along it: what a row loop computes.
 pub(crate) fn row_ops_only(g: &Graph, members: &BTreeSet<NodeId>) -> Result<(), String> {
     for m in members {
         let n = g.node(*m);
         let ok = match n.op {
-            Op::Reduce { axis, .. } => axis + 1 == g.node(n.inputs[0]).shape.len(),
+            Op::Reduce { axis, .. } | Op::CumSum { axis, .. } => {
+                axis + 1 == g.node(n.inputs[0]).shape.len()
+            }
             ref op => op.is_elementwise(),
         };
         if !ok {
