@@ -185,6 +185,38 @@ fn integer_graphs_match_the_reference_on_ascend() {
     }
 }
 
+/// Gathers on the vector unit: the embedding layer (table rows by `DataCopyPad`, summed and
+/// normalised in one kernel) and gathers along other axes (element by element).
+#[test]
+fn gathers_match_the_reference_on_ascend() {
+    let target = Target::ascend910b();
+    let graph = integer_graphs::embeddings();
+    for level in [0u8, 3] {
+        let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
+        let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+        let built = unit.build(&Ascend::new(target.clone()), Variant::Fused).unwrap();
+        let sym = format!("{}_gather{level}", unit.symbol(Variant::Fused));
+        let m = common::load_ascend_built(unit.graph.clone(), &built, &sym, &dir()).unwrap();
+        for s in [1usize, 7, 100] {
+            let ins = integer_graphs::embedding_inputs(&unit.graph, s, s as u64);
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let want = autofusion_runtime::reference::run(&unit.graph, &refs, &[s as i64]).unwrap();
+            let got = m.run(0, &refs).unwrap_or_else(|e| panic!("opt_level {level}, S = {s}: {e}"));
+            common::assert_close(
+                &format!("Ascend: embeddings at opt_level {level}, S = {s}"),
+                &got,
+                &want,
+            );
+        }
+        // An id outside its table: an error before anything runs.
+        let mut ins = integer_graphs::embedding_inputs(&unit.graph, 5, 1);
+        ins[0] = Tensor::from_i64(&[5], vec![0, 1, integer_graphs::VOCAB, 2, 3]).unwrap();
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let e = m.run(0, &refs).unwrap_err().to_string();
+        assert!(e.contains("`input_ids`") && e.contains("`word_embeddings`"), "{e}");
+    }
+}
+
 #[test]
 fn onnx_fixtures_match_the_reference_on_ascend() {
     let target = Target::ascend910b();

@@ -69,7 +69,9 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
             add(format!("{name}, {label}"), &Unit::with_options(opts, &item).unwrap());
         }
     }
-    for graph in [integer_graphs::int_ops(), integer_graphs::hf_masks()] {
+    for graph in
+        [integer_graphs::int_ops(), integer_graphs::hf_masks(), integer_graphs::embeddings()]
+    {
         for level in [0u8, 3] {
             let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
             add(

@@ -152,3 +152,103 @@ fn tensors_hold_integers_and_bools_and_convert_as_casts_do() {
     assert_eq!(a.max_abs_diff(&b).unwrap(), 1.0, "integers compare exactly beyond 2^24");
     assert!(!a.allclose(&b, 0.0, 0.0).unwrap());
 }
+
+#[test]
+fn gathers_match_the_reference_and_an_embedding_layer_is_one_kernel() {
+    let target = Target::host();
+    let graph = integer_graphs::embeddings();
+    for level in 0..=3u8 {
+        let opts = Options { opt_level: level, ..Options::default() };
+        let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+        let m = common::load(&unit, Variant::Fused, &target, &dir(), &[]).unwrap();
+        for s in [1usize, 7, 100] {
+            let ins = integer_graphs::embedding_inputs(m.graph(), s, s as u64);
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let want = m.reference(&refs).unwrap();
+            let got = m.run(&refs).unwrap();
+            common::assert_close(&format!("embeddings at opt_level {level}, S = {s}"), &got, &want);
+        }
+        let plan = unit.variant(Variant::Fused, &target).plan;
+        let emb = plan
+            .groups
+            .iter()
+            .find(|grp| grp.nodes.iter().any(|n| unit.graph.node(*n).name == "tok"))
+            .unwrap();
+        let names: Vec<&str> =
+            emb.nodes.iter().map(|n| unit.graph.node(*n).name.as_str()).collect();
+        eprintln!(
+            "opt_level {level}: {} kernels; the embedding kernel holds {names:?}",
+            plan.groups.len()
+        );
+        if level >= 2 {
+            for part in ["tok", "pos", "type", "embeddings"] {
+                assert!(
+                    names.contains(&part),
+                    "opt_level {level}: `{part}` in the embedding kernel: {names:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_id_outside_its_table_is_an_error_naming_it_before_any_read() {
+    let graph = integer_graphs::embeddings();
+    let unit = Unit::from_graph(graph, Options::default()).unwrap();
+    let m = common::load(&unit, Variant::Fused, &Target::host(), &dir(), &[]).unwrap();
+    for bad in [integer_graphs::VOCAB, -integer_graphs::VOCAB - 1, i64::MAX] {
+        let mut ins = integer_graphs::embedding_inputs(m.graph(), 5, 1);
+        let mut ids = ins[0].to_i64_vec();
+        ids[3] = bad;
+        ins[0] = Tensor::from_i64(&[5], ids).unwrap();
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        for e in [m.run(&refs).unwrap_err(), m.reference(&refs).unwrap_err()] {
+            let e = e.to_string();
+            for part in [
+                "`embeddings`",
+                "`input_ids`",
+                &bad.to_string(),
+                "element 3",
+                "`word_embeddings`",
+                "50 rows",
+            ] {
+                assert!(e.contains(part), "`{part}` in: {e}");
+            }
+        }
+    }
+}
+
+/// Ids a kernel computes (here `input_ids + shift`) are checked when that kernel is done,
+/// before the gather reads them: an error naming them, at every opt level.
+#[test]
+fn computed_ids_outside_the_table_are_an_error_too() {
+    let s = DimExpr::sym("S");
+    let mut b = GraphBuilder::new("shifted_lookup");
+    let ids = b.param("input_ids", DType::I64, vec![s.clone()]);
+    let shift = b.param("shift", DType::I64, vec![s]);
+    let table = b.param("table", DType::F32, vec![DimExpr::constant(10), DimExpr::constant(8)]);
+    let shifted = b.binary(BinaryOp::Add, ids, shift, "shifted").unwrap();
+    let rows = b.op(Op::Gather { axis: 0 }, &[table, shifted], "rows").unwrap();
+    let two = b.constant(2.0, DType::F32);
+    let y = b.binary(BinaryOp::Mul, rows, two, "y").unwrap();
+    b.output(y);
+    let g = b.finish().unwrap();
+    let table = Tensor::randn(&[10, 8], 1.0, 3);
+    let ids = Tensor::from_i64(&[4], vec![1, 2, 3, 4]).unwrap();
+    for level in 0..=3u8 {
+        let unit = Unit::from_graph(g.clone(), Options { opt_level: level, ..Options::default() });
+        let m = common::load(&unit.unwrap(), Variant::Fused, &Target::host(), &dir(), &[]).unwrap();
+        let ok = Tensor::from_i64(&[4], vec![0, 5, -1, -14]).unwrap();
+        let refs = [&ids, &ok, &table];
+        common::assert_close(
+            &format!("opt_level {level}"),
+            &m.run(&refs).unwrap(),
+            &m.reference(&refs).unwrap(),
+        );
+        let bad = Tensor::from_i64(&[4], vec![0, 5, 7, 0]).unwrap();
+        let e = m.run(&[&ids, &bad, &table]).unwrap_err().to_string();
+        for part in ["`shifted_lookup`", "`shifted`", "10 at element 2", "`table`", "10 rows"] {
+            assert!(e.contains(part), "opt_level {level}: `{part}` in: {e}");
+        }
+    }
+}

@@ -286,6 +286,12 @@ pub enum Op {
         axis: usize,
         exclusive: bool,
     },
+    /// `data` (input 0) indexed along `axis` by the integers `indices` (input 1; negative
+    /// counts from the end): the output's shape is `data[..axis] ++ indices ++ data[axis + 1..]`
+    /// (ONNX `Gather`; an embedding lookup is axis 0 of a `[vocab, hidden]` table).
+    Gather {
+        axis: usize,
+    },
     // ---- sugar, expanded by canon ----
     LayerNorm {
         eps: f64,
@@ -324,6 +330,7 @@ pub enum OpKind {
     CausalMask,
     Where,
     CumSum,
+    Gather,
     LayerNorm,
     RmsNorm,
     Softmax,
@@ -333,7 +340,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 21] = [
+    pub const ALL: [OpKind; 22] = [
         OpKind::Param,
         OpKind::Const,
         OpKind::Unary,
@@ -349,6 +356,7 @@ impl OpKind {
         OpKind::CausalMask,
         OpKind::Where,
         OpKind::CumSum,
+        OpKind::Gather,
         OpKind::LayerNorm,
         OpKind::RmsNorm,
         OpKind::Softmax,
@@ -373,6 +381,7 @@ impl OpKind {
             OpKind::CausalMask => "causal_mask",
             OpKind::Where => "where",
             OpKind::CumSum => "cumsum",
+            OpKind::Gather => "gather",
             OpKind::LayerNorm => "layer_norm",
             OpKind::RmsNorm => "rms_norm",
             OpKind::Softmax => "softmax",
@@ -404,6 +413,7 @@ impl Op {
             Op::CausalMask => OpKind::CausalMask,
             Op::Where => OpKind::Where,
             Op::CumSum { .. } => OpKind::CumSum,
+            Op::Gather { .. } => OpKind::Gather,
             Op::LayerNorm { .. } => OpKind::LayerNorm,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::Softmax { .. } => OpKind::Softmax,
@@ -448,7 +458,10 @@ impl Op {
         match self {
             Op::Param { index } => format!("#{index}"),
             Op::Const { value } => format!("{value:?}"),
-            Op::Reduce { axis, .. } | Op::Softmax { axis } | Op::Concat { axis } => {
+            Op::Reduce { axis, .. }
+            | Op::Softmax { axis }
+            | Op::Concat { axis }
+            | Op::Gather { axis } => {
                 format!("axis={axis}")
             }
             Op::CumSum { axis, exclusive } => format!("axis={axis} exclusive={exclusive}"),
@@ -635,6 +648,7 @@ pub fn infer(
         Op::Cast => Ok((shape(0), target.expect("cast target").0)),
         Op::Binary(b) => infer_binary(*b, ins),
         Op::Where => infer_where(ins),
+        Op::Gather { axis } => infer_gather(*axis, ins),
         Op::CumSum { axis, .. } => {
             in_domain(Domain::Numeric, "cumsum", ins)?;
             infer_axis(op, axis, ins)
@@ -713,6 +727,27 @@ fn broadcast_all(ins: &[(&Shape, DType)], what: &str) -> Result<Shape, InferErro
 fn infer_binary(b: BinaryOp, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
     let d = in_domain(b.spec().domain, b.name(), ins)?;
     Ok((broadcast_all(ins, b.name())?, d))
+}
+
+fn infer_gather(axis: usize, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    let (data, idx) = (ins[0].0, ins[1].0);
+    if axis >= data.len() {
+        return Err(err(
+            Some(0),
+            format!("gather axis {axis} out of range for data {}", shape_str(data)),
+        ));
+    }
+    if !ins[1].1.is_int() {
+        return Err(InferError {
+            operand: Some(1),
+            msg: format!("the indices of `gather` are {}, not integers", ins[1].1),
+            help: Some("token ids are i64 or i32: `cast(ids, i64)`".into()),
+        });
+    }
+    let mut s = data[..axis].to_vec();
+    s.extend(idx.iter().cloned());
+    s.extend(data[axis + 1..].iter().cloned());
+    Ok((s, ins[0].1))
 }
 
 fn infer_where(ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
@@ -1022,7 +1057,7 @@ pub fn arity(op: &Op) -> Arity {
         Op::Where => Arity::Exactly(3),
         Op::Reduce { .. } | Op::Softmax { .. } => Arity::Exactly(1),
         Op::Reshape | Op::Transpose { .. } | Op::Slice { .. } => Arity::Exactly(1),
-        Op::Binary(_) | Op::MatMul | Op::RmsNorm { .. } => Arity::Exactly(2),
+        Op::Binary(_) | Op::MatMul | Op::RmsNorm { .. } | Op::Gather { .. } => Arity::Exactly(2),
         Op::Concat { .. } => Arity::AtLeast(1),
         Op::LayerNorm { .. } | Op::Linear | Op::Rope => Arity::Exactly(3),
         Op::Attention { mask, .. } => Arity::Exactly(3 + *mask as usize),

@@ -251,7 +251,9 @@ impl Json for Op {
                 put("start", start.to_json());
                 put("end", end.to_json())
             }
-            Op::Concat { axis } | Op::Softmax { axis } => put("axis", json!(axis)),
+            Op::Concat { axis } | Op::Softmax { axis } | Op::Gather { axis } => {
+                put("axis", json!(axis))
+            }
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => put("eps", eps.to_json()),
             Op::Attention { scale, causal, mask } => {
                 put("scale", scale.to_json());
@@ -283,6 +285,7 @@ impl Json for Op {
                 Op::Slice { axis: get(v, "axis")?, start: get(v, "start")?, end: get(v, "end")? }
             }
             OpKind::Concat => Op::Concat { axis: get(v, "axis")? },
+            OpKind::Gather => Op::Gather { axis: get(v, "axis")? },
             OpKind::Softmax => Op::Softmax { axis: get(v, "axis")? },
             OpKind::LayerNorm => Op::LayerNorm { eps: get(v, "eps")? },
             OpKind::RmsNorm => Op::RmsNorm { eps: get(v, "eps")? },

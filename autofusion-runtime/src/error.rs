@@ -37,6 +37,8 @@ pub enum Error {
     Alloc { graph: String, what: String, bytes: usize },
     /// A weight that cannot be read from its model file, or differs from what was built.
     Weights { file: String, weight: String, msg: String },
+    /// An index (a token id) outside the table it indexes: found before anything is read.
+    Index { graph: String, param: String, at: usize, index: i64, table: String, size: i64 },
 }
 
 impl fmt::Display for Error {
@@ -58,6 +60,13 @@ impl fmt::Display for Error {
             ),
             Error::Dims { graph, msg } => write!(f, "`{graph}`: {msg}"),
             Error::Weights { file, weight, msg } => write!(f, "{file}: weight `{weight}`: {msg}"),
+            Error::Index { graph, param, at, index, table, size } => write!(
+                f,
+                "`{graph}`: `{param}` holds {index} at element {at}, outside `{table}`, which has \
+                 {size} rows (valid: {} ..= {})",
+                -size,
+                size - 1
+            ),
             Error::DataLen { shape, expected, got } => {
                 write!(f, "tensor of shape {shape:?} needs {expected} elements, got {got}")
             }

@@ -9,9 +9,9 @@ use crate::pool::pool;
 use crate::reference;
 use crate::tensor::Tensor;
 use crate::tiling::{choose, choose_pack, Tiling};
-use autofusion_ir::abi::ABI_VERSION;
+use autofusion_ir::abi::{KernelMeta, ABI_VERSION};
 use autofusion_ir::dim::shape_str;
-use autofusion_ir::ir::{Graph, NodeId};
+use autofusion_ir::ir::{DType, Graph, NodeId, Op};
 use autofusion_ir::meta::ModuleMeta;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -510,7 +510,8 @@ impl Module {
             });
         };
         let threads = pool().threads();
-        if self.meta.pipeline && threads > 1 && times.is_none() {
+        let index_checks = computed_indices(g, &self.meta.kernels);
+        if self.meta.pipeline && threads > 1 && times.is_none() && index_checks.is_empty() {
             // One parallel region for the whole graph: workers walk the kernels in order,
             // claim blocks, and wait only for the kernels a kernel depends on.
             let n = self.meta.kernels.len();
@@ -552,6 +553,9 @@ impl Module {
                 pool().run(nb, &|b| run_block(ki, b));
                 if let Some(t) = times.as_deref_mut() {
                     t[ki] = t0.elapsed().as_secs_f64() * 1e6;
+                }
+                for c in index_checks.iter().filter(|c| c.kernel == ki) {
+                    check_computed_indices(g, c, all_bufs[ki][c.buffer], &dims)?;
                 }
             }
         }
@@ -757,5 +761,99 @@ pub fn bind_inputs(g: &Graph, inputs: &[&Tensor]) -> Result<Vec<i64>> {
             }
         }
     }
+    check_indices(g, inputs, &dims)?;
     Ok(dims)
+}
+
+/// Indices a gather reads that a kernel computed: checked when that kernel is done, before
+/// the kernel holding the gather runs (the gather itself reads them from memory, as the rows
+/// kind's check requires).
+struct IndexCheck {
+    gather: NodeId,
+    /// The kernel writing the indices, and their position in its buffers.
+    kernel: usize,
+    buffer: usize,
+}
+
+fn computed_indices(g: &Graph, kernels: &[KernelMeta]) -> Vec<IndexCheck> {
+    let mut out = Vec::new();
+    for (id, n) in g.nodes.iter().enumerate() {
+        let Op::Gather { .. } = n.op else { continue };
+        let iv = n.inputs[1];
+        for (kernel, k) in kernels.iter().enumerate() {
+            if let Some(b) = k.buffers[k.n_inputs..].iter().position(|b| *b == iv) {
+                let gather = NodeId(id as u32);
+                out.push(IndexCheck { gather, kernel, buffer: k.n_inputs + b });
+            }
+        }
+    }
+    out
+}
+
+/// The computed indices of `c` (at `ptr`, as the kernel wrote them) against their table.
+fn check_computed_indices(g: &Graph, c: &IndexCheck, ptr: *mut c_void, dims: &[i64]) -> Result<()> {
+    let n = g.node(c.gather);
+    let Op::Gather { axis } = n.op else { return Ok(()) };
+    let (table, ids) = (g.node(n.inputs[0]), g.node(n.inputs[1]));
+    let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+    let eval = |d: &autofusion_ir::dim::DimExpr| {
+        d.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })
+    };
+    let size = eval(&table.shape[axis])?;
+    let len = ids.shape.iter().map(eval).product::<Result<i64>>()? as usize;
+    // SAFETY: the buffer holds the whole value `ids` (a materialised node, not a view), `len`
+    // elements of its dtype, written by the kernel that just finished.
+    let values: Vec<i64> = unsafe {
+        match ids.dtype {
+            DType::I64 => std::slice::from_raw_parts(ptr as *const i64, len).to_vec(),
+            DType::I32 => std::slice::from_raw_parts(ptr as *const i32, len)
+                .iter()
+                .map(|x| *x as i64)
+                .collect(),
+            _ => return Ok(()),
+        }
+    };
+    match values.iter().position(|i| !(-size..size).contains(i)) {
+        None => Ok(()),
+        Some(at) => Err(Error::Index {
+            graph: g.name.clone(),
+            param: ids.name.clone(),
+            at,
+            index: values[at],
+            table: table.name.clone(),
+            size,
+        }),
+    }
+}
+
+/// Every index a `gather` reads from a parameter (token ids, positions) against the extent of
+/// the axis it indexes, before any kernel runs: an id outside the table is an `Err` naming the
+/// parameter, the id and the table. (Kernels also clamp each index they compute themselves
+/// into the table, so no read is ever out of bounds.)
+fn check_indices(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<()> {
+    let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+    for n in &g.nodes {
+        let Op::Gather { axis } = n.op else { continue };
+        let (table, ids) = (g.node(n.inputs[0]), g.node(n.inputs[1]));
+        let Op::Param { index } = ids.op else { continue };
+        let size = table.shape[axis]
+            .eval(&bind)
+            .map_err(|msg| Error::Dims { graph: g.name.clone(), msg })?;
+        let bad = inputs[index]
+            .to_i64_vec()
+            .into_iter()
+            .enumerate()
+            .find(|(_, i)| !(-size..size).contains(i));
+        if let Some((at, i)) = bad {
+            return Err(Error::Index {
+                graph: g.name.clone(),
+                param: g.params[index].clone(),
+                at,
+                index: i,
+                table: table.name.clone(),
+                size,
+            });
+        }
+    }
+    Ok(())
 }

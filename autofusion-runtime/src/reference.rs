@@ -123,6 +123,16 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
                 pointwise(&n.op, from, n.dtype, &shape, &ins)
             }
             Op::CumSum { exclusive, .. } => cumsum(ins[0], n.dtype, *exclusive),
+            Op::Gather { axis } => {
+                gather(ins[0], ins[1], *axis, &shape).map_err(|(at, index)| Error::Index {
+                    graph: g.name.clone(),
+                    param: g.node(n.inputs[1]).name.clone(),
+                    at,
+                    index,
+                    table: g.node(n.inputs[0]).name.clone(),
+                    size: ins[0].shape[*axis] as i64,
+                })?
+            }
             Op::Reduce { kind, axis } => reduce(*kind, *axis, ins[0], &shape),
             Op::MatMul => matmul(ins[0], ins[1], &shape),
             Op::Reshape => Arr { shape: shape.clone(), data: ins[0].data.clone() },
@@ -225,6 +235,36 @@ fn cumsum(a: &Arr, d: DType, exclusive: bool) -> Arr {
         }
     }
     Arr { shape: a.shape.clone(), data }
+}
+
+/// Slices of `data` along `axis` picked by `idx` (negative from the end); `Err((element,
+/// index))` for the first index out of range.
+fn gather(
+    data: &Arr,
+    idx: &Arr,
+    axis: usize,
+    shape: &[usize],
+) -> std::result::Result<Arr, (usize, i64)> {
+    let size = data.shape[axis] as i64;
+    let outer: usize = data.shape[..axis].iter().product();
+    let inner: usize = data.shape[axis + 1..].iter().product();
+    let mut rows = Vec::with_capacity(idx.data.len());
+    for (at, v) in idx.data.iter().enumerate() {
+        let i = *v as i64;
+        let fixed = if i < 0 { i + size } else { i };
+        if !(0..size).contains(&fixed) {
+            return Err((at, i));
+        }
+        rows.push(fixed as usize);
+    }
+    let mut out = Vec::with_capacity(shape.iter().product());
+    for o in 0..outer {
+        for r in &rows {
+            let base = (o * size as usize + r) * inner;
+            out.extend_from_slice(&data.data[base..base + inner]);
+        }
+    }
+    Ok(Arr { shape: shape.to_vec(), data: out })
 }
 
 /// Reduction of `a` over `axis` (kept, of extent 1 in `shape`), in f32.

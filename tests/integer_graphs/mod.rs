@@ -192,3 +192,75 @@ pub fn inputs(g: &Graph, s: usize, m: i64, seed: u64) -> Vec<Tensor> {
         })
         .collect()
 }
+
+/// Vocabulary and position-table sizes of `embeddings`.
+pub const VOCAB: i64 = 50;
+pub const POSITIONS: i64 = 120;
+
+/// A BERT-style embedding layer: token, position and token-type rows summed and normalised
+/// (`layer_norm(tok[ids] + pos[positions] + types[token_types])`), ids `[S]`; and gathers of a
+/// computed tensor along its other axes (ids of rank 2, negative ids), from tables of f16, i64
+/// and bool.
+pub fn embeddings() -> Graph {
+    let (s, h) = (DimExpr::sym("S"), DimExpr::constant(W as i64));
+    let mut b = B(GraphBuilder::new("embeddings"));
+    b.0.static_dim("H", W as i64);
+    let ids = b.0.param("input_ids", DType::I64, vec![s.clone()]);
+    let pos = b.0.param("position_ids", DType::I64, vec![s.clone()]);
+    let types = b.0.param("token_type_ids", DType::I32, vec![s.clone()]);
+    let tok_t = b.0.param("word_embeddings", DType::F32, vec![DimExpr::constant(VOCAB), h.clone()]);
+    let pos_t =
+        b.0.param("position_embeddings", DType::F32, vec![DimExpr::constant(POSITIONS), h.clone()]);
+    let type_t =
+        b.0.param("token_type_embeddings", DType::F32, vec![DimExpr::constant(2), h.clone()]);
+    let ln_g = b.0.param("ln_g", DType::F32, vec![h.clone()]);
+    let ln_b = b.0.param("ln_b", DType::F32, vec![h.clone()]);
+    let sel = b.0.param("sel", DType::I64, vec![DimExpr::constant(2), DimExpr::constant(3)]);
+    let grid =
+        b.0.param("grid", DType::F16, vec![DimExpr::constant(4), s.clone(), DimExpr::constant(5)]);
+    let codes = b.0.param("codes", DType::I64, vec![DimExpr::constant(6), s]);
+    let e = b.op(Op::Gather { axis: 0 }, &[tok_t, ids], "tok");
+    let p = b.op(Op::Gather { axis: 0 }, &[pos_t, pos], "pos");
+    let t = b.op(Op::Gather { axis: 0 }, &[type_t, types], "type");
+    let e = b.bin(BinaryOp::Add, e, p, "sum");
+    let e = b.bin(BinaryOp::Add, e, t, "sum2");
+    let emb = b.op(Op::LayerNorm { eps: 1e-12 }, &[e, ln_g, ln_b], "embeddings");
+    // A computed table, gathered along its middle and last axes.
+    let two = b.0.constant(2.0, DType::F16);
+    let gx = b.bin(BinaryOp::Mul, grid, two, "grid2");
+    let mid = b.op(Op::Gather { axis: 2 }, &[gx, sel], "last_axis");
+    let rows = b.op(Op::Gather { axis: 0 }, &[codes, sel], "int_rows");
+    let zero = b.0.constant(0.0, DType::I64);
+    let flags = b.bin(BinaryOp::Gt, codes, zero, "flags");
+    let first = b.op(Op::Gather { axis: 1 }, &[flags, pos], "bool_rows");
+    b.out(&[emb, mid, rows, first]);
+    b.0.finish().unwrap()
+}
+
+/// Inputs of `embeddings` at `S = s`: ids in range (some negative: counted from the end).
+pub fn embedding_inputs(g: &Graph, s: usize, seed: u64) -> Vec<Tensor> {
+    let mut rng = Rng::new(seed);
+    g.param_nodes()
+        .iter()
+        .map(|id| {
+            let n = g.node(*id);
+            let shape: Vec<usize> =
+                n.shape.iter().map(|d| d.as_const().map_or(s, |c| c as usize)).collect();
+            let len: usize = shape.iter().product();
+            let ids = |rng: &mut Rng, size: i64| -> Vec<i64> {
+                (0..len).map(|_| int(rng, size - 1)).collect()
+            };
+            match n.name.as_str() {
+                "input_ids" => Tensor::from_i64(&shape, ids(&mut rng, VOCAB)),
+                "position_ids" => Tensor::from_i64(&shape, (0..len as i64).collect()),
+                "token_type_ids" => {
+                    Tensor::from_i32(&shape, (0..len).map(|i| (i % 2) as i32).collect())
+                }
+                "sel" => Tensor::from_i64(&shape, vec![0, 4, -1, 2, -5, 3]),
+                "codes" => Tensor::from_i64(&shape, (0..len).map(|_| int(&mut rng, 9)).collect()),
+                _ => Tensor::randn(&shape, 1.0, rng.next_u64()).to_dtype(n.dtype),
+            }
+            .unwrap()
+        })
+        .collect()
+}

@@ -169,6 +169,13 @@ static inline int64_t af_idiv(int64_t a, int64_t b) {
 }
 static inline int64_t af_imax(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t af_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+/* A gather's index moved into a table of n rows: negative counts from the end; anything still
+ * outside is clamped (the runtime rejects such ids of parameters before a call; computed ones
+ * must not read out of bounds either). */
+static inline int64_t af_gidx(int64_t i, int64_t n) {
+    if (i < 0) i += n;
+    return i < 0 ? 0 : (i >= n ? n - 1 : i);
+}
 /* An i32 value: the low 32 bits, sign-extended (two's complement wrap). */
 static inline int64_t af_wrap32(int64_t a) {
     const uint32_t u = (uint32_t)(uint64_t)a;

@@ -4,7 +4,7 @@
 
 use crate::abi::PackMeta;
 use crate::dim::{DimExpr, Shape};
-use crate::ir::{Graph, NodeId};
+use crate::ir::{Graph, NodeId, Op};
 use crate::layout::{contiguous_strides, resolve, space_strides};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -230,6 +230,48 @@ impl<'g> Emitter<'g> {
         sp.accesses.insert(v, a);
         a
     }
+    /// Declares how gather member `m` addresses its operands, both read from memory, per axis
+    /// of its output: the table element at output position `o` is
+    /// `gt<m>_do + sum_k o_k gt<m>_ds<k> + id * gt<m>_da` and its index is
+    /// `gt<m>_io + sum_k o_k gt<m>_is<k>` (only the axes each operand has get a stride);
+    /// `gt<m>_n` is the extent of the indexed axis.
+    pub(crate) fn gather_decls(&mut self, m: NodeId) {
+        let g = self.g;
+        let n = g.node(m);
+        let Op::Gather { axis } = n.op else { return };
+        let (dv, iv) = (n.inputs[0], n.inputs[1]);
+        let (dshape, ishape) = (&g.node(dv).shape, &g.node(iv).shape);
+        let (dview, iview) = (resolve(g, dv), resolve(g, iv));
+        let ds = space_strides(&dview, dshape, dshape.len());
+        let is = space_strides(&iview, ishape, ishape.len());
+        let p = format!("gt{}", m.0);
+        let _ = writeln!(
+            self.decls,
+            "/* gather {}: `{}` indexed by `{}` along axis {axis} */",
+            m,
+            g.node(dv).name,
+            g.node(iv).name
+        );
+        let _ = writeln!(
+            self.decls,
+            "const int64_t {p}_do = {}, {p}_io = {};",
+            self.dim(&dview.offset),
+            self.dim(&iview.offset)
+        );
+        let _ = writeln!(
+            self.decls,
+            "const int64_t {p}_n = {}, {p}_da = {};",
+            self.dim(&dshape[axis]),
+            self.dim(&ds[axis])
+        );
+        for (k, axis_of) in gather_axes(axis, ishape.len(), n.shape.len()).into_iter().enumerate() {
+            let (name, stride) = match axis_of {
+                GatherAxis::Table(a) => ("ds", &ds[a]),
+                GatherAxis::Index(a) => ("is", &is[a]),
+            };
+            let _ = writeln!(self.decls, "const int64_t {p}_{name}{k} = {};", self.dim(stride));
+        }
+    }
     /// Code computing `ac<a>_row` for every access of the space from the row index `row`.
     pub(crate) fn row_prologue(&self, sp: &Space, row: &str, out: &mut Code) {
         let (rank, t) = (sp.shape.len(), sp.tag);
@@ -260,6 +302,55 @@ impl<'g> Emitter<'g> {
             let _ = writeln!(out, "const int64_t ac{a}_row = {};", terms.join(" + "));
         }
     }
+}
+
+/// Where an output axis of a gather comes from: an axis of the table or of the indices.
+#[derive(Clone, Copy)]
+pub(crate) enum GatherAxis {
+    Table(usize),
+    Index(usize),
+}
+
+/// The source of each output axis of a gather along `axis` with indices of rank `index_rank`
+/// (output rank `rank`): the table's axes before `axis`, the indices' axes, the table's rest.
+pub(crate) fn gather_axes(axis: usize, index_rank: usize, rank: usize) -> Vec<GatherAxis> {
+    (0..rank)
+        .map(|k| {
+            if k < axis {
+                GatherAxis::Table(k)
+            } else if k < axis + index_rank {
+                GatherAxis::Index(k - axis)
+            } else {
+                GatherAxis::Table(k - index_rank + 1)
+            }
+        })
+        .collect()
+}
+
+/// The element offsets of gather member `m` (declared by `Emitter::gather_decls`) at the
+/// output position `pos` (a C expression per axis): the table's without the index term, and
+/// the index's.
+pub(crate) fn gather_offsets(g: &Graph, m: NodeId, pos: &[String]) -> (String, String) {
+    let n = g.node(m);
+    let Op::Gather { axis } = n.op else { unreachable!("gather_offsets of a gather") };
+    let p = format!("gt{}", m.0);
+    let (mut table, mut index) = (format!("{p}_do"), format!("{p}_io"));
+    let index_rank = g.node(n.inputs[1]).shape.len();
+    for (k, axis_of) in gather_axes(axis, index_rank, pos.len()).into_iter().enumerate() {
+        match axis_of {
+            GatherAxis::Table(_) => table += &format!(" + {} * {p}_ds{k}", pos[k]),
+            GatherAxis::Index(_) => index += &format!(" + {} * {p}_is{k}", pos[k]),
+        }
+    }
+    (table, index)
+}
+
+/// The output position of row `<tag>_i..` (row prologue) and column `col` of a space of
+/// rank `rank`, one C expression per axis.
+pub(crate) fn position(tag: &str, rank: usize, col: &str) -> Vec<String> {
+    let mut pos: Vec<String> = (0..rank - 1).map(|k| format!("{tag}_i{k}")).collect();
+    pos.push(format!("({col})"));
+    pos
 }
 
 /// Where a kernel stores the rows of value `v` (all axes but the last flattened into the row

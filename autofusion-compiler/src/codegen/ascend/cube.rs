@@ -137,6 +137,7 @@ pub(crate) fn operand(
     srcs.insert(v, s);
     let job = Job {
         g,
+        gathers: BTreeMap::new(),
         space: sp.shape.clone(),
         nodes: vec![],
         srcs,

@@ -3,7 +3,7 @@
 //! queues), computing elementwise members with the vector APIs and reductions in phases; the
 //! kernel being written (`K`) with its setup, body and UB queues.
 
-use crate::codegen::emit::{c_float, Code, Emitter, Space};
+use crate::codegen::emit::{c_float, gather_offsets, position, Code, Emitter, Space};
 use crate::dim::Shape;
 use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, UnaryOp};
 use crate::kernels::rows::RowPhases;
@@ -189,10 +189,18 @@ pub(crate) fn enque_store(c: &mut Code, q: &str, t: &str, ty: &str, dst: &str) {
     let _ = writeln!(c, "{q}.FreeTensor({t});");
 }
 
+/// A gather member's operands in GM: (tensor, dtype) of its table and of its indices.
+pub(crate) struct Gathered {
+    pub(crate) table: (String, DType),
+    pub(crate) index: (String, DType),
+}
+
 /// One rows job: compute `nodes` over the columns `[col0, col0 + ncols)` of one row of
 /// `space`, reading external values per `srcs` (or pre-set f32 rows), storing `outs`.
 pub(crate) struct Job<'a> {
     pub(crate) g: &'a Graph,
+    /// The GM tensors of each gather member's table and indices.
+    pub(crate) gathers: BTreeMap<NodeId, Gathered>,
     pub(crate) space: Shape,
     pub(crate) nodes: Vec<NodeId>,
     pub(crate) srcs: BTreeMap<NodeId, Src>,
@@ -746,6 +754,7 @@ impl Job<'_> {
             }
             Op::Binary(b) => binary_seq(out, *b, &dst, &ops[0], &ops[1], "cn"),
             Op::Where => where_seq(out, &dst, &ops[0], &ops[1], &ops[2]),
+            Op::Gather { .. } => self.gather(ub, m, &dst, out),
             Op::CumSum { exclusive, .. } => {
                 cumsum_seq(out, &dst, &ops[0], &self.running_sum(m, p), *exclusive);
             }
@@ -765,6 +774,61 @@ impl Job<'_> {
         }
         round_seq(out, n.dtype, &dst, "cn");
         slots.insert(m, dst);
+    }
+
+    /// Gather member `m` over the chunk into slot `dst`. Each index is read from GM by the
+    /// scalar unit, moved into the table (negative from the end, then clamped: no read is out
+    /// of bounds, whatever the index) and the element read. When the index is constant along
+    /// the row and the table's row is contiguous (an embedding lookup), the chunk is one
+    /// `DataCopyPad` of the table row; otherwise the scalar unit reads element by element.
+    pub(crate) fn gather(&self, ub: &mut Ub, m: NodeId, dst: &str, out: &mut Code) {
+        let g = self.g;
+        let n = g.node(m);
+        let Op::Gather { axis } = n.op else { unreachable!("a gather") };
+        let Gathered { table: (gd, dd), index: (gi, _) } = &self.gathers[&m];
+        let p = format!("gt{}", m.0);
+        let rank = n.shape.len();
+        let index_rank = g.node(n.inputs[1]).shape.len();
+        let col = format!("{} + c0", self.col0);
+        let row_index = axis + index_rank < rank;
+        let (dview, dshape) = (resolve(g, n.inputs[0]), &g.node(n.inputs[0]).shape);
+        let contiguous_row = crate::layout::space_strides(&dview, dshape, dshape.len())
+            .last()
+            .and_then(|s| s.as_const())
+            == Some(1);
+        let moved = |idx: &str| {
+            format!("int64_t id = (int64_t){gi}.GetValue((uint64_t)({idx})); if (id < 0) id += {p}_n; id = id < 0 ? 0 : (id >= {p}_n ? {p}_n - 1 : id);")
+        };
+        let _ = writeln!(out, "AscendC::Duplicate({dst}, 0.0f, cn);");
+        if row_index && contiguous_row && !by_scalar_unit(*dd) {
+            let (table, index) = gather_offsets(g, m, &position(&self.tag, rank, &col));
+            let ty = ascend_type(*dd);
+            let q = ub.queue(format!("{}g{}", self.tag, m.0), *dd, true);
+            out.block_noted(&format!("if ({p}_n > 0)"), "one table row", |c| {
+                c.line(moved(&index));
+                let _ = writeln!(c, "AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
+                c.line(pad_in("x", &format!("{gd}[{table} + id * {p}_da]"), ty));
+                let _ = writeln!(c, "{q}.EnQue(x);");
+                let _ = writeln!(c, "x = {q}.DeQue<{ty}>();");
+                if in_f32_lanes(*dd) {
+                    let _ = writeln!(c, "AscendC::Adds({dst}, x, 0.0f, cn);");
+                } else {
+                    for line in widen_to_f32(*dd, dst, "x") {
+                        c.line(line);
+                    }
+                }
+                let _ = writeln!(c, "{q}.FreeTensor(x);");
+            });
+            return;
+        }
+        let (table, index) =
+            gather_offsets(g, m, &position(&self.tag, rank, &format!("{col} + j")));
+        out.line("AscendC::PipeBarrier<PIPE_ALL>(); /* the scalar unit writes the slot */");
+        out.block_noted(&format!("if ({p}_n > 0) for (int32_t j = 0; j < cn; ++j)"), "element by element", |c| {
+            c.line(moved(&index));
+            let _ = writeln!(c, "{dst}.SetValue((uint32_t)j, static_cast<float>({gd}.GetValue((uint64_t)({table} + id * {p}_da))));");
+        });
+        out.line("AscendC::PipeBarrier<PIPE_ALL>(); /* the vector unit reads the slot */");
     }
 
     /// The causal mask of the chunk's keys into `dst`.

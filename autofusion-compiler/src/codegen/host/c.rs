@@ -2,7 +2,7 @@
 //! from the op table, a member's value at a column, nested loops, a C function. Every kernel
 //! kind's host emission writes through these.
 
-use crate::codegen::emit::{c_float, Code, Emitter, Space};
+use crate::codegen::emit::{c_float, gather_offsets, position, Code, Emitter, Space};
 use crate::ir::{BinaryOp, ComputeType, DType, Graph, NodeId, Op, UnaryOp};
 use crate::layout::resolve;
 use autofusion_ir::ops::fill;
@@ -207,9 +207,13 @@ pub(crate) fn member_def(
     col: &str,
 ) -> String {
     let n = em.g.node(m);
+    let ty = compute_ctype(n.dtype.compute());
+    if let Op::Gather { .. } = n.op {
+        let e = gather_c(em, sp, m, col);
+        return format!("const {ty} {} = {e}; /* {} */", em.var(m), n.name);
+    }
     let ops: Vec<String> =
         n.inputs.iter().map(|i| operand(em, sp, members, local, *i, col)).collect();
-    let ty = compute_ctype(n.dtype.compute());
     let v = em.var(m);
     if let Op::CumSum { exclusive, .. } = n.op {
         // The running sum `cs<m>` is declared before the column loop (`cumsum_init`).
@@ -220,6 +224,24 @@ pub(crate) fn member_def(
         return if exclusive { format!("{def} {step}") } else { format!("{step} {def}") };
     }
     format!("const {ty} {v} = {}; /* {} */", member_expr(em.g, sp, m, &ops, col), n.name)
+}
+
+/// Gather member `m` at column `col` of `sp`: its index read and moved into the table (negative
+/// counts from the end; clamped into the table, so no read is out of bounds even for an index
+/// the runtime could not check beforehand), then the table element.
+pub(crate) fn gather_c(em: &Emitter, sp: &Space, m: NodeId, col: &str) -> String {
+    let g = em.g;
+    let n = g.node(m);
+    let (dv, iv) = (n.inputs[0], n.inputs[1]);
+    let pos = position(sp.tag, sp.shape.len(), col);
+    let (table, index) = gather_offsets(g, m, &pos);
+    let buf = |v: NodeId| format!("in{}", em.buf[&resolve(g, v).base]);
+    let id = load(g.node(iv).dtype, &buf(iv), &index);
+    let p = format!("gt{}", m.0);
+    let elem =
+        load(g.node(dv).dtype, &buf(dv), &format!("{table} + af_gidx({id}, {p}_n) * {p}_da"));
+    let zero = c_const(0.0, n.dtype);
+    format!("({p}_n > 0 ? {elem} : {zero})")
 }
 
 /// The declaration of the running sum of cumsum member `m`, before its column loop.
@@ -246,6 +268,11 @@ pub(crate) fn access_operands(
 ) {
     let g = em.g;
     for m in ms {
+        if let Op::Gather { .. } = g.node(m).op {
+            // Addressed through the index it reads (`gather_c`), not as a broadcast operand.
+            em.gather_decls(m);
+            continue;
+        }
         for &i in &g.node(m).inputs {
             if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) {
                 em.access(sp, i);

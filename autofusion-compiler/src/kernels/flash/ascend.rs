@@ -202,6 +202,7 @@ pub(crate) fn flash_chain(
     }
     let job = Job {
         g,
+        gathers: BTreeMap::new(),
         space: fs.scores.clone(),
         nodes: f.chain.clone(),
         srcs,

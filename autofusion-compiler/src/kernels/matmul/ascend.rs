@@ -114,6 +114,7 @@ pub(crate) fn matmul_operand_a(k: &mut K, mp: &MatmulParts, cube: DType) -> Oper
     // The staged value: the prologue's last member (= a_in) or the operand through a copy.
     let job = Job {
         g,
+        gathers: BTreeMap::new(),
         space: spa.shape.clone(),
         nodes: mp.pro_nodes.clone(),
         srcs,
@@ -162,6 +163,7 @@ pub(crate) fn matmul_operand_b(k: &mut K, mp: &MatmulParts, cube: DType) -> Oper
     srcs.insert(b_in, s);
     let job = Job {
         g: k.em.g,
+        gathers: BTreeMap::new(),
         space: spb.shape.clone(),
         nodes: vec![],
         srcs,
@@ -217,6 +219,7 @@ pub(crate) fn matmul_epilogue<'g>(
     }
     let job = Job {
         g,
+        gathers: BTreeMap::new(),
         space: mp.out_shape.clone(),
         nodes,
         srcs,

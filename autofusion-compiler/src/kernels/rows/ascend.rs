@@ -5,7 +5,8 @@ use crate::codegen::ascend::vector::*;
 use crate::codegen::emit::Space;
 use crate::dim::{numel, Shape};
 use crate::group::space_of;
-use crate::ir::{Graph, NodeId};
+use crate::ir::{Graph, NodeId, Op};
+use crate::layout::resolve;
 use crate::plan::Group;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -16,9 +17,15 @@ pub(crate) fn gen_rows(k: &mut K, grp: &Group) -> Work {
     let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
     let mut sp = Space { tag: "x", shape: space.clone(), accesses: BTreeMap::new() };
     let mut srcs = BTreeMap::new();
+    let gathers = gathered(k, &grp.nodes);
     for i in ext_inputs(g, &grp.nodes, &members) {
-        let s = k.src(&mut sp, i, "0");
-        srcs.insert(i, s);
+        // What only gathers read is addressed through their indices, not streamed.
+        let streamed =
+            g.users()[i.idx()].iter().any(|u| members.contains(u) && !gathers.contains_key(u));
+        if streamed {
+            let s = k.src(&mut sp, i, "0");
+            srcs.insert(i, s);
+        }
     }
     let r = space.len();
     let outs = grp
@@ -36,6 +43,7 @@ pub(crate) fn gen_rows(k: &mut K, grp: &Group) -> Work {
     let row_i = if r >= 2 { format!("x_i{}", r - 2) } else { "0".into() };
     let job = Job {
         g,
+        gathers,
         space: space.clone(),
         nodes: grp.nodes.clone(),
         srcs,
@@ -57,6 +65,24 @@ pub(crate) fn gen_rows(k: &mut K, grp: &Group) -> Work {
     job.emit(&mut k.ub, &mut k.body);
     k.body.close();
     Work::Rows { rows: numel(&space[..r - 1]), n: space[r - 1].clone(), row_buffers: 0 }
+}
+
+/// The gather members of `nodes`, their addressing declared (`Emitter::gather_decls`), with the
+/// GM tensors of their table and indices.
+fn gathered(k: &mut K, nodes: &[NodeId]) -> BTreeMap<NodeId, Gathered> {
+    let g = k.em.g;
+    let mut out = BTreeMap::new();
+    for &m in nodes {
+        if let Op::Gather { .. } = g.node(m).op {
+            k.em.gather_decls(m);
+            let n = g.node(m);
+            let gm = |v: NodeId| k.gm(k.em.buf[&resolve(g, v).base]);
+            let (dv, iv) = (n.inputs[0], n.inputs[1]);
+            let table = (gm(dv), g.node(dv).dtype);
+            out.insert(m, Gathered { table, index: (gm(iv), g.node(iv).dtype) });
+        }
+    }
+    out
 }
 
 /// Whether output `o` is a per-row value (its last extent is 1 while the space's is not).

@@ -143,6 +143,7 @@ impl KernelKind for Rows {
             "members iterate over different shapes (a rows kernel has one space)".to_string()
         })?;
         scans_span_the_row(g, &nodes, &space)?;
+        gathers_read_memory(g, &nodes, members)?;
         integers_stay_in_their_loop(g, &nodes, &space, members)
     }
     fn cost(&self, k: &Kernel) -> Result<KernelCost, String> {
@@ -154,6 +155,28 @@ impl KernelKind for Rows {
     fn ascend(&self, k: &mut K, grp: &Group, _name: &str) -> Result<Emitted, String> {
         Ok(Emitted::vector(ascend::gen_rows(k, grp)))
     }
+}
+
+/// A gather reads its table and its indices from memory (it addresses them by the index, not
+/// as values of the kernel's space).
+fn gathers_read_memory(
+    g: &Graph,
+    nodes: &[NodeId],
+    members: &BTreeSet<NodeId>,
+) -> Result<(), String> {
+    for &m in nodes {
+        let n = g.node(m);
+        if matches!(n.op, Op::Gather { .. }) {
+            if let Some(i) = n.inputs.iter().find(|i| members.contains(i)) {
+                return Err(format!(
+                    "gather `{}` reads `{}`, computed in the same kernel",
+                    n.name,
+                    g.node(*i).name
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A running sum runs along the whole row of the space (one accumulator per row).
@@ -200,6 +223,7 @@ pub(crate) fn row_ops_only(g: &Graph, members: &BTreeSet<NodeId>) -> Result<(), 
             Op::Reduce { axis, .. } | Op::CumSum { axis, .. } => {
                 axis + 1 == g.node(n.inputs[0]).shape.len()
             }
+            Op::Gather { .. } => true,
             ref op => op.is_elementwise(),
         };
         if !ok {
