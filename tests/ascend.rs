@@ -215,6 +215,28 @@ fn gathers_match_the_reference_on_ascend() {
         let e = m.run(0, &refs).unwrap_err().to_string();
         assert!(e.contains("`input_ids`") && e.contains("`word_embeddings`"), "{e}");
     }
+    // Ids a kernel computes: checked in device memory once that kernel is done.
+    let graph = integer_graphs::shifted_lookup();
+    let table = Tensor::randn(&[10, 8], 1.0, 3);
+    let ids = Tensor::from_i64(&[4], vec![1, 2, 3, 4]).unwrap();
+    for level in [0u8, 3] {
+        let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
+        let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+        let built = unit.build(&Ascend::new(target.clone()), Variant::Fused).unwrap();
+        let sym = format!("{}_shifted{level}", unit.symbol(Variant::Fused));
+        let m = common::load_ascend_built(unit.graph.clone(), &built, &sym, &dir()).unwrap();
+        let ok = Tensor::from_i64(&[4], vec![0, 5, -1, -14]).unwrap();
+        let refs = [&ids, &ok, &table];
+        let want = autofusion_runtime::reference::run(&unit.graph, &refs, &[4]).unwrap();
+        common::assert_close(
+            &format!("shifted, opt_level {level}"),
+            &m.run(0, &refs).unwrap(),
+            &want,
+        );
+        let bad = Tensor::from_i64(&[4], vec![0, 5, 7, 0]).unwrap();
+        let e = m.run(0, &[&ids, &bad, &table]).unwrap_err().to_string();
+        assert!(e.contains("`shifted`") && e.contains("10 at element 2"), "{e}");
+    }
 }
 
 #[test]

@@ -222,17 +222,7 @@ fn an_id_outside_its_table_is_an_error_naming_it_before_any_read() {
 /// before the gather reads them: an error naming them, at every opt level.
 #[test]
 fn computed_ids_outside_the_table_are_an_error_too() {
-    let s = DimExpr::sym("S");
-    let mut b = GraphBuilder::new("shifted_lookup");
-    let ids = b.param("input_ids", DType::I64, vec![s.clone()]);
-    let shift = b.param("shift", DType::I64, vec![s]);
-    let table = b.param("table", DType::F32, vec![DimExpr::constant(10), DimExpr::constant(8)]);
-    let shifted = b.binary(BinaryOp::Add, ids, shift, "shifted").unwrap();
-    let rows = b.op(Op::Gather { axis: 0 }, &[table, shifted], "rows").unwrap();
-    let two = b.constant(2.0, DType::F32);
-    let y = b.binary(BinaryOp::Mul, rows, two, "y").unwrap();
-    b.output(y);
-    let g = b.finish().unwrap();
+    let g = integer_graphs::shifted_lookup();
     let table = Tensor::randn(&[10, 8], 1.0, 3);
     let ids = Tensor::from_i64(&[4], vec![1, 2, 3, 4]).unwrap();
     for level in 0..=3u8 {

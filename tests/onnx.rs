@@ -169,3 +169,97 @@ fn torch_exported_bert_and_llama_layers_match_torch() {
         }
     }
 }
+
+/// An embedding layer with int64 `input_ids` and `attention_mask` inputs, written the way
+/// exporters write Hugging Face encoders' first nodes (`make_int_fixtures.py`): position ids
+/// from CumSum of the mask, Gather of word and position tables, LayerNormalization, padded rows
+/// zeroed by Equal / Where, the extended additive mask, a scalar Gather and a GatherND of
+/// computed index pairs. At every opt level our kernels agree with the reference and with
+/// onnxruntime's outputs.
+#[test]
+fn an_embedding_model_with_int64_ids_matches_onnxruntime() {
+    let name = "embed_ids";
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("onnx_ints");
+    let model = autofusion_onnx::load(&fixture(&format!("{name}.onnx"))).unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap())
+            .unwrap();
+    let shape = |v: &serde_json::Value| -> Vec<usize> {
+        v.as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()
+    };
+    let inputs: Vec<(String, Tensor)> = meta["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let bytes = std::fs::read(fixture(&format!("{name}.in{i}.bin"))).unwrap();
+            let t = Tensor::from_le_bytes(autofusion::DType::I64, &shape(&v[1]), &bytes).unwrap();
+            (v[0].as_str().unwrap().to_string(), t)
+        })
+        .collect();
+    let want: Vec<Tensor> = meta["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            Tensor::from_f32(&shape(s), f32s(&fixture(&format!("{name}.out{k}.bin")))).unwrap()
+        })
+        .collect();
+    for level in 0..=3u8 {
+        let imported = autofusion_onnx::import(&model, name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(imported.graph.dyn_dims, ["S"]);
+        let mut params = Vec::new();
+        for p in 0..imported.graph.params.len() {
+            let pname = &imported.graph.params[p];
+            let node = imported.graph.node(imported.graph.param_nodes()[p]);
+            match imported.weights.iter().find(|(q, _)| *q == p) {
+                Some(_) => {
+                    let shape: Vec<usize> =
+                        node.shape.iter().map(|e| e.as_const().unwrap() as usize).collect();
+                    let bytes = imported.weight_bytes(&model, p).unwrap();
+                    params.push(Tensor::from_le_bytes(node.dtype, &shape, &bytes).unwrap());
+                }
+                None => {
+                    assert_eq!(node.dtype, autofusion::DType::I64, "`{pname}` is an int64 input");
+                    params.push(inputs.iter().find(|(n, _)| n == pname).unwrap().1.clone());
+                }
+            }
+        }
+        let opts = Options { opt_level: level, ..Options::default() };
+        let unit = Unit::from_graph(imported.graph, opts).unwrap();
+        let m = common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap();
+        let refs: Vec<&Tensor> = params.iter().collect();
+        let got = m.run(&refs).unwrap();
+        let ctx = format!("{name}, opt_level {level}");
+        common::assert_close(&format!("{ctx} vs reference"), &got, &m.reference(&refs).unwrap());
+        common::assert_close(&format!("{ctx} vs onnxruntime"), &got, &want);
+        eprintln!("ok: {ctx} ({} kernels)", m.kernel_names().len());
+    }
+}
+
+/// `x[0]` of a dynamic sequence (a scalar Gather, imported as a slice) at S = 0: an error
+/// naming the slice when the call binds S, not a read past the end.
+#[test]
+fn a_constant_index_past_a_dynamic_end_is_an_error_at_the_call() {
+    let model = autofusion_onnx::load(&fixture("embed_ids.onnx")).unwrap();
+    let imported = autofusion_onnx::import(&model, "embed_ids").unwrap();
+    let unit = Unit::from_graph(imported.graph, Options::default()).unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("onnx_ints");
+    let m = common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap();
+    let g = m.graph().clone();
+    let params: Vec<Tensor> = g
+        .param_nodes()
+        .iter()
+        .map(|id| {
+            let n = g.node(*id);
+            let shape: Vec<usize> =
+                n.shape.iter().map(|d| d.as_const().map_or(0, |c| c as usize)).collect();
+            Tensor::zeros(n.dtype, &shape)
+        })
+        .collect();
+    let refs: Vec<&Tensor> = params.iter().collect();
+    let e = m.run(&refs).unwrap_err().to_string();
+    assert!(e.contains("[0, 1) of axis 0") && e.contains("S = 0"), "{e}");
+}

@@ -55,6 +55,7 @@ const OPS: &[&str] = &[
     "Slice",
     "Shape",
     "Gather",
+    "GatherND",
     "Constant",
     "Split",
     "Size",

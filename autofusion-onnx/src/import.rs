@@ -229,8 +229,13 @@ fn value_type(v: &crate::proto::ValueInfoProto) -> Result<(DType, Shape), OnnxEr
     let Some(T::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref()) else {
         return Err(err("is not a tensor".into()));
     };
-    let dtype = float_dtype(t.elem_type)
-        .ok_or_else(|| err(format!("element type {} is not f32, f16 or bf16", t.elem_type)))?;
+    let dtype = elem_dtype(t.elem_type).ok_or_else(|| {
+        err(format!(
+            "element type {} is not one of {} (ONNX 1, 10, 16, 7, 6, 9)",
+            t.elem_type,
+            DType::names()
+        ))
+    })?;
     let shape = t.shape.as_ref().ok_or_else(|| err("has no shape".into()))?;
     let dims = shape
         .dim
@@ -253,6 +258,16 @@ fn dim_name(p: &str) -> String {
         format!("d_{s}")
     } else {
         s
+    }
+}
+
+/// The storage type of an ONNX element type, floats and integers.
+fn elem_dtype(t: i32) -> Option<DType> {
+    match t {
+        data_type::INT64 => Some(DType::I64),
+        data_type::INT32 => Some(DType::I32),
+        data_type::BOOL => Some(DType::Bool),
+        t => float_dtype(t),
     }
 }
 
@@ -591,6 +606,8 @@ impl Importer<'_> {
         let op = n.op_type.as_str();
         let out = if let Some(v) = self.elementwise(n, &a, &name)? {
             v
+        } else if let Some(v) = self.computed_logic(n, &a, &name)? {
+            v
         } else if let Some(v) = self.layout(n, &a, &name)? {
             v
         } else if let Some(v) = self.folded(n, &a)? {
@@ -620,7 +637,8 @@ impl Importer<'_> {
                 "ReduceMean" | "ReduceSum" | "ReduceMax" => self.reduce(n, &a, &name)?,
                 "Constant" => self.constant(&a)?,
                 "Concat" => self.concat(n, &a, &name)?,
-                "Gather" => self.gather(n, &a)?,
+                "Gather" => self.gather(n, &a, &name)?,
+                "GatherND" => self.gather_nd(n, &a, &name)?,
                 "Slice" => self.slice(n, &name)?,
                 "Split" => return self.split(n, &a, &name),
                 _ => {
@@ -781,7 +799,7 @@ impl Importer<'_> {
         match self.val(x)? {
             Val::Node(id) => {
                 let d =
-                    float_dtype(to).ok_or_else(|| format!("Cast to type {to} is not supported"))?;
+                    elem_dtype(to).ok_or_else(|| format!("Cast to type {to} is not supported"))?;
                 Ok(Val::Node(self.b.cast(id, d, name).map_err(|e| e.msg)?))
             }
             Val::Known { shape, ints, floats, float } => {
@@ -1120,21 +1138,112 @@ impl Importer<'_> {
         Ok(Val::Node(self.b.op(Op::Concat { axis: ax }, &ids, name).map_err(|e| e.msg)?))
     }
 
-    /// Gather on a known integer tensor (shape arithmetic).
-    fn gather(&mut self, n: &NodeProto, a: &Attrs) -> R<Val> {
+    /// Comparisons, logic, `Where` and `CumSum` on tensors computed at run time (masks from an
+    /// `attention_mask`, positions from it): IR ops. On known values they are folded instead.
+    fn computed_logic(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Option<Val>> {
+        let op = n.op_type.as_str();
+        let cmp = match op {
+            "Equal" => Some(BinaryOp::Eq),
+            "Less" => Some(BinaryOp::Lt),
+            "LessOrEqual" => Some(BinaryOp::Le),
+            "Greater" => Some(BinaryOp::Gt),
+            "GreaterOrEqual" => Some(BinaryOp::Ge),
+            "And" => Some(BinaryOp::And),
+            "Or" => Some(BinaryOp::Or),
+            _ => None,
+        };
+        if cmp.is_none() && !matches!(op, "Not" | "Xor" | "Where" | "CumSum") {
+            return Ok(None);
+        }
+        let vals: Vec<Val> =
+            n.input.iter().filter(|i| !i.is_empty()).map(|i| self.val(i)).collect::<R<_>>()?;
+        if !vals.iter().any(|v| matches!(v, Val::Node(_))) {
+            return Ok(None); // folded
+        }
+        let mut vals = vals.into_iter();
+        let mut next = || vals.next().ok_or_else(|| format!("`{op}` is missing an input"));
+        let node = |me: &mut Self, v: Val, like: DType| -> R<NodeId> {
+            match v {
+                Val::Node(id) => Ok(id),
+                k => me.scalar(&k, like),
+            }
+        };
+        let out = match op {
+            "Not" => {
+                let x = node(self, next()?, DType::Bool)?;
+                self.b.unary(UnaryOp::Not, x, name)
+            }
+            "Xor" => {
+                let (x, y) = (next()?, next()?);
+                let Val::Node(ne) = self.bin(BinaryOp::Eq, x, y, &format!("{name}.eq"))? else {
+                    unreachable!("a node operand gives a node")
+                };
+                self.b.unary(UnaryOp::Not, ne, name)
+            }
+            "Where" => {
+                let (c, x, y) = (next()?, next()?, next()?);
+                let like = [&x, &y]
+                    .iter()
+                    .find_map(|v| match v {
+                        Val::Node(id) => Some(self.b.node(*id).dtype),
+                        _ => None,
+                    })
+                    .unwrap_or(DType::F32);
+                let c = node(self, c, DType::Bool)?;
+                let (x, y) = (node(self, x, like)?, node(self, y, like)?);
+                self.b.op(Op::Where, &[c, x, y], name)
+            }
+            "CumSum" => {
+                let x = node(self, next()?, DType::F32)?;
+                let rank = self.shape(x).len();
+                let ax = match self.const_ints(&need(n, 1)?)?.as_slice() {
+                    [v] => axis(*v, rank)?,
+                    _ => return Err("CumSum's axis must be a scalar".into()),
+                };
+                if a.int("reverse", 0) != 0 {
+                    return Err(
+                        "CumSum with reverse = 1 on a computed tensor is not supported".into()
+                    );
+                }
+                let exclusive = a.int("exclusive", 0) != 0;
+                self.b.op(Op::CumSum { axis: ax, exclusive }, &[x], name)
+            }
+            _ => return self.bin(cmp.expect("a binary op"), next()?, next()?, name).map(Some),
+        };
+        out.map(|id| Some(Val::Node(id))).map_err(|e| e.msg)
+    }
+
+    /// Gather: on a computed tensor, the IR's gather (an embedding lookup, any axis); by known
+    /// indices, their slices concatenated; on a known integer tensor (shape arithmetic), folded.
+    fn gather(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
         let data = self.val(&n.input[0])?;
+        let idx = self.val(n.input.get(1).ok_or("input 1 is missing")?)?;
+        if let Val::Node(d) = data {
+            let ax = axis(a.int("axis", 0), self.shape(d).len())?;
+            return match idx {
+                Val::Node(i) => self
+                    .b
+                    .op(Op::Gather { axis: ax }, &[d, i], name)
+                    .map(Val::Node)
+                    .map_err(|e| e.msg),
+                Val::Known { shape, ints, float: false, .. } => {
+                    let picked = ints
+                        .iter()
+                        .map(|i| i.as_const().ok_or("symbolic Gather index"))
+                        .collect::<Result<Vec<i64>, _>>()?;
+                    self.gather_known(d, ax, &shape, &picked, name).map(Val::Node)
+                }
+                Val::Known { .. } => Err("Gather indices must be integers".into()),
+            };
+        }
         let Val::Known { shape, ints, float: false, .. } = data else {
-            return Err(
-                "Gather of a computed or float tensor (embedding lookup) is not supported yet"
-                    .into(),
-            );
+            return Err("Gather of a constant float tensor is not supported".into());
         };
         if shape.len() != 1 || a.int("axis", 0) != 0 {
             return Err("Gather on constants is supported on 1-D integer tensors only".into());
         }
-        let idx = self.val(n.input.get(1).ok_or("input 1 is missing")?)?;
         let Val::Known { shape: ishape, ints: is, float: false, .. } = idx else {
-            return Err("Gather indices must be constant".into());
+            return Err("Gather of a constant by computed indices is not supported".into());
         };
         let picked = is
             .iter()
@@ -1147,6 +1256,149 @@ impl Importer<'_> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Val::Known { shape: ishape, ints: picked, floats: vec![], float: false })
+    }
+
+    /// `data` gathered along `axis` by known indices of shape `ishape`: one slice per index,
+    /// concatenated, reshaped to `data[..axis] ++ ishape ++ data[axis + 1..]`.
+    fn gather_known(
+        &mut self,
+        data: NodeId,
+        axis: usize,
+        ishape: &[usize],
+        picked: &[i64],
+        name: &str,
+    ) -> R<NodeId> {
+        let s = self.shape(data);
+        let size = &s[axis];
+        let mut parts = Vec::new();
+        for (k, i) in picked.iter().enumerate() {
+            // Negative counts from the end (of a dynamic axis too: `S - 1`); a constant extent
+            // is checked now, a dynamic one by the slice's bounds when the call binds `S`.
+            let start =
+                if *i < 0 { size.add(&DimExpr::constant(*i)) } else { DimExpr::constant(*i) };
+            if let (Some(e), Some(j)) = (size.as_const(), start.as_const()) {
+                if !(0..e).contains(&j) {
+                    return Err(format!("Gather index {i} is outside the axis of extent {e}"));
+                }
+            }
+            let end = start.add(&DimExpr::constant(1));
+            let op = Op::Slice { axis, start, end };
+            parts.push(self.b.op(op, &[data], &format!("{name}.{k}")).map_err(|e| e.msg)?);
+        }
+        if parts.is_empty() {
+            return Err("Gather with no indices".into());
+        }
+        let cat =
+            self.b.op(Op::Concat { axis }, &parts, &format!("{name}.rows")).map_err(|e| e.msg)?;
+        let mut to = s[..axis].to_vec();
+        to.extend(ishape.iter().map(|d| DimExpr::constant(*d as i64)));
+        to.extend(s[axis + 1..].iter().cloned());
+        self.b.reshape(cat, to, name).map_err(|e| e.msg)
+    }
+
+    /// GatherND with `batch_dims` 0: the index tuples (the last axis of the indices, `k` long)
+    /// linearised over the first `k` axes of `data`, then a gather along axis 0 of `data`
+    /// viewed as `[prod(data[..k]), data[k..]..]`.
+    fn gather_nd(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
+        if a.int("batch_dims", 0) != 0 {
+            return Err("GatherND with batch_dims > 0 is not supported".into());
+        }
+        let data = self.node_of(&need(n, 0)?)?;
+        let s = self.shape(data);
+        let idx = self.val(&need(n, 1)?)?;
+        let (ishape, k) = match &idx {
+            Val::Node(i) => {
+                let is = self.shape(*i);
+                let k = is
+                    .last()
+                    .and_then(|d| d.as_const())
+                    .ok_or("GatherND's index tuples need a static length")?;
+                (is, k as usize)
+            }
+            Val::Known { shape, .. } => {
+                let is: Shape = shape.iter().map(|d| DimExpr::constant(*d as i64)).collect();
+                (is, *shape.last().ok_or("GatherND indices of rank 0")?)
+            }
+        };
+        if k == 0 || k > s.len() {
+            return Err(format!("GatherND index tuples of length {k} on data of rank {}", s.len()));
+        }
+        // Row-major strides of the first k axes.
+        let mut strides = vec![DimExpr::constant(1); k];
+        for j in (0..k - 1).rev() {
+            strides[j] = strides[j + 1].mul(&s[j + 1]);
+        }
+        let mut flat_shape = vec![s[..k].iter().fold(DimExpr::constant(1), |acc, d| acc.mul(d))];
+        flat_shape.extend(s[k..].iter().cloned());
+        let flat = self.b.reshape(data, flat_shape, &format!("{name}.flat")).map_err(|e| e.msg)?;
+        let outer: Vec<DimExpr> = ishape[..ishape.len() - 1].to_vec();
+        match idx {
+            Val::Node(i) => {
+                let mut lin: Option<NodeId> = None;
+                for (j, st) in strides.iter().enumerate() {
+                    let op = Op::Slice {
+                        axis: ishape.len() - 1,
+                        start: DimExpr::constant(j as i64),
+                        end: DimExpr::constant(j as i64 + 1),
+                    };
+                    let col = self.b.op(op, &[i], &format!("{name}.i{j}")).map_err(|e| e.msg)?;
+                    let col = self
+                        .b
+                        .reshape(col, outer.clone(), &format!("{name}.c{j}"))
+                        .map_err(|e| e.msg)?;
+                    let dt = self.b.node(col).dtype;
+                    // A negative component counts from the end of its own axis.
+                    let zero = self.b.constant(0.0, dt);
+                    let neg = self
+                        .b
+                        .binary(BinaryOp::Lt, col, zero, &format!("{name}.n{j}"))
+                        .map_err(|e| e.msg)?;
+                    let e = s[j].as_const().ok_or("GatherND over dynamic axes")?;
+                    let ext = self.b.constant(e as f64, dt);
+                    let up = self
+                        .b
+                        .binary(BinaryOp::Add, col, ext, &format!("{name}.u{j}"))
+                        .map_err(|e| e.msg)?;
+                    let col = self
+                        .b
+                        .op(Op::Where, &[neg, up, col], &format!("{name}.w{j}"))
+                        .map_err(|e| e.msg)?;
+                    let st = st.as_const().ok_or("GatherND over dynamic axes")?;
+                    let c = self.b.constant(st as f64, dt);
+                    let term = self
+                        .b
+                        .binary(BinaryOp::Mul, col, c, &format!("{name}.t{j}"))
+                        .map_err(|e| e.msg)?;
+                    lin = Some(match lin {
+                        None => term,
+                        Some(l) => self
+                            .b
+                            .binary(BinaryOp::Add, l, term, &format!("{name}.s{j}"))
+                            .map_err(|e| e.msg)?,
+                    });
+                }
+                let lin = lin.expect("k >= 1");
+                self.b
+                    .op(Op::Gather { axis: 0 }, &[flat, lin], name)
+                    .map(Val::Node)
+                    .map_err(|e| e.msg)
+            }
+            Val::Known { shape, ints, .. } => {
+                let mut picked = Vec::new();
+                for tuple in ints.chunks(k) {
+                    let mut l = 0i64;
+                    for (j, v) in tuple.iter().enumerate() {
+                        let v = v.as_const().ok_or("symbolic GatherND index")?;
+                        let e = s[j].as_const().ok_or("GatherND over dynamic axes")?;
+                        let v = if v < 0 { v + e } else { v };
+                        l += v * strides[j].as_const().ok_or("GatherND over dynamic axes")?;
+                    }
+                    picked.push(l);
+                }
+                let outer: Vec<usize> = shape[..shape.len() - 1].to_vec();
+                self.gather_known(flat, 0, &outer, &picked, name).map(Val::Node)
+            }
+        }
     }
 
     /// Slice with constant starts, ends, axes and unit steps.
@@ -1298,9 +1550,9 @@ fn remaining(input: &Shape, known: &Shape) -> Option<DimExpr> {
 const SUPPORTED: &str = "MatMul, Gemm, Add, Sub, Mul, Div, Pow, Max, Min, Neg, Exp, Log, Sqrt, \
     Reciprocal, Tanh, Sigmoid, Relu, Erf, Sin, Cos, Gelu, Softmax, LayerNormalization, \
     ReduceMean/Sum/Max, Cast, Identity, Dropout, Transpose, Reshape, Flatten, Squeeze, \
-    Unsqueeze, Concat, Slice, Split, and on shapes and constants Shape, Size, Gather, Constant, \
-    ConstantOfShape, Range, Equal, Less(OrEqual), Greater(OrEqual), Not, And, Or, Xor, Where, \
-    Expand, CumSum";
+    Unsqueeze, Concat, Slice, Split, Gather, GatherND (batch_dims 0), Equal, Less(OrEqual), \
+    Greater(OrEqual), Not, And, Or, Xor, Where, CumSum (not reverse), and on shapes and \
+    constants Shape, Size, Constant, ConstantOfShape, Range, Expand";
 
 /// Input `i` of node `n`, when it is given (ONNX leaves optional inputs empty).
 fn input(n: &NodeProto, i: usize) -> Option<String> {

@@ -67,7 +67,12 @@ feeds = {}
 rng = np.random.default_rng(1)
 for i in onnx.load(orig).graph.input:
     dims = [d.dim_value if d.dim_value else 7 for d in i.type.tensor_type.shape.dim]
-    feeds[i.name] = rng.standard_normal(dims).astype(np.float32)
+    et = i.type.tensor_type.elem_type
+    if et in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+        # ids and masks: 0 and 1 are valid for any table and as a mask
+        feeds[i.name] = rng.integers(0, 2, dims).astype(np.int64 if et == onnx.TensorProto.INT64 else np.int32)
+    else:
+        feeds[i.name] = rng.standard_normal(dims).astype(np.float32)
 run = lambda p: ort.InferenceSession(p, providers=["CPUExecutionProvider"]).run(None, feeds)
 diff = max(float(np.abs(a - b).max()) for a, b in zip(run(orig), run(fused)))
 print(f"checker ok, {len(m.functions)} functions, max abs diff {diff}")
@@ -170,6 +175,21 @@ fn torch_exported_layers_fuse_and_run_in_onnxruntime() {
         assert!(out.matches("[INFO] Fused_").count() >= 5, "{name}:\n{out}");
         python(CHECK, &[&input, &output]);
     }
+}
+
+/// A model with int64 inputs (`input_ids`, `attention_mask`: `fixtures/make_int_fixtures.py`):
+/// every node imported (Gather, GatherND, CumSum, Equal, Where on computed tensors), and the
+/// fused model runs in onnxruntime with the original's outputs.
+#[test]
+fn a_model_with_int64_ids_fuses_and_runs_in_onnxruntime() {
+    let input = fixture("embed_ids.onnx");
+    let output = tmp("embed_ids_fused.onnx");
+    let (code, out, err) =
+        run(&["--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!out.contains("[WARN] Left as it is"), "an op was not imported:\n{out}");
+    assert!(out.matches("[INFO] Fused_").count() >= 3, "{out}");
+    python(CHECK, &[&input, &output]);
 }
 
 #[test]

@@ -497,10 +497,25 @@ impl AscendModule {
             }
             Some(_) => {}
             None => {
+                let checks = crate::exec::computed_indices(
+                    g,
+                    self.meta.kernels.iter().map(|k| (k.buffers.as_slice(), k.n_inputs)),
+                );
                 for (k, l) in plan.launches.iter().enumerate() {
                     if !l.empty {
                         launch(k, l.block_dim)?;
                         sync(kname(k))?;
+                    }
+                    // Ids this kernel computed, before a gather reads them.
+                    for c in checks.iter().filter(|c| c.kernel == k) {
+                        let j = self.meta.buffers.iter().position(|b| *b == c.ids);
+                        let (Some(j), (_, n)) = (j, crate::exec::index_len(g, c, &dims)?) else {
+                            continue;
+                        };
+                        let Some(off) = plan.offsets[j] else { continue };
+                        let mut bytes = vec![0u8; n];
+                        arena.download(off, &mut bytes)?;
+                        crate::exec::check_computed_indices(g, c, &bytes, &dims)?;
                     }
                 }
             }

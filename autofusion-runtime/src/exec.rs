@@ -9,9 +9,9 @@ use crate::pool::pool;
 use crate::reference;
 use crate::tensor::Tensor;
 use crate::tiling::{choose, choose_pack, Tiling};
-use autofusion_ir::abi::{KernelMeta, ABI_VERSION};
+use autofusion_ir::abi::ABI_VERSION;
 use autofusion_ir::dim::shape_str;
-use autofusion_ir::ir::{DType, Graph, NodeId, Op};
+use autofusion_ir::ir::{Graph, NodeId, Op};
 use autofusion_ir::meta::ModuleMeta;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -510,7 +510,10 @@ impl Module {
             });
         };
         let threads = pool().threads();
-        let index_checks = computed_indices(g, &self.meta.kernels);
+        let index_checks = computed_indices(
+            g,
+            self.meta.kernels.iter().map(|k| (k.buffers.as_slice(), k.n_inputs)),
+        );
         if self.meta.pipeline && threads > 1 && times.is_none() && index_checks.is_empty() {
             // One parallel region for the whole graph: workers walk the kernels in order,
             // claim blocks, and wait only for the kernels a kernel depends on.
@@ -555,7 +558,14 @@ impl Module {
                     t[ki] = t0.elapsed().as_secs_f64() * 1e6;
                 }
                 for c in index_checks.iter().filter(|c| c.kernel == ki) {
-                    check_computed_indices(g, c, all_bufs[ki][c.buffer], &dims)?;
+                    let k = &self.meta.kernels[ki];
+                    let b = k.buffers.iter().position(|b| *b == c.ids).unwrap_or(0);
+                    let (_, nbytes) = index_len(g, c, &dims)?;
+                    // SAFETY: the buffer holds the materialised ids, `nbytes` bytes the kernel
+                    // that just finished wrote.
+                    let bytes =
+                        unsafe { std::slice::from_raw_parts(all_bufs[ki][b] as *const u8, nbytes) };
+                    check_computed_indices(g, c, bytes, &dims)?;
                 }
             }
         }
@@ -761,58 +771,95 @@ pub fn bind_inputs(g: &Graph, inputs: &[&Tensor]) -> Result<Vec<i64>> {
             }
         }
     }
+    check_slices(g, &dims)?;
     check_indices(g, inputs, &dims)?;
     Ok(dims)
 }
 
-/// Indices a gather reads that a kernel computed: checked when that kernel is done, before
-/// the kernel holding the gather runs (the gather itself reads them from memory, as the rows
-/// kind's check requires).
-struct IndexCheck {
-    gather: NodeId,
-    /// The kernel writing the indices, and their position in its buffers.
-    kernel: usize,
-    buffer: usize,
+/// Every slice within the axis it views at these dims (a slice of a dynamic axis, `x[0]` of
+/// a sequence, is checked here, when the call binds it): an `Err` naming the slice otherwise.
+fn check_slices(g: &Graph, dims: &[i64]) -> Result<()> {
+    let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+    let eval = |d: &autofusion_ir::dim::DimExpr| {
+        d.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })
+    };
+    for n in &g.nodes {
+        let Op::Slice { axis, start, end } = &n.op else { continue };
+        let extent = eval(&g.node(n.inputs[0]).shape[*axis])?;
+        let (a, b) = (eval(start)?, eval(end)?);
+        if !(0 <= a && a <= b && b <= extent) {
+            let bound: Vec<String> =
+                g.dyn_dims.iter().zip(dims).map(|(d, v)| format!("{d} = {v}")).collect();
+            return Err(Error::Dims {
+                graph: g.name.clone(),
+                msg: format!(
+                    "`{}` takes [{a}, {b}) of axis {axis} of `{}`, which has {extent} elements at {}",
+                    n.name,
+                    g.node(n.inputs[0]).name,
+                    bound.join(", ")
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
-fn computed_indices(g: &Graph, kernels: &[KernelMeta]) -> Vec<IndexCheck> {
+/// Indices a gather reads that a kernel computed: checked when that kernel is done, before
+/// the kernel holding the gather runs (the gather reads them from memory, as the rows kind
+/// requires, and plans with such gathers are not pipelined).
+pub(crate) struct IndexCheck {
+    pub(crate) gather: NodeId,
+    /// The kernel writing the ids (a materialised value, one of its output buffers).
+    pub(crate) kernel: usize,
+    pub(crate) ids: NodeId,
+}
+
+/// The checks of `g`'s gathers whose ids one of `kernels` (each: its buffers, the first
+/// `n_inputs` read) writes.
+pub(crate) fn computed_indices<'a>(
+    g: &Graph,
+    kernels: impl Iterator<Item = (&'a [NodeId], usize)> + Clone,
+) -> Vec<IndexCheck> {
     let mut out = Vec::new();
     for (id, n) in g.nodes.iter().enumerate() {
         let Op::Gather { .. } = n.op else { continue };
-        let iv = n.inputs[1];
-        for (kernel, k) in kernels.iter().enumerate() {
-            if let Some(b) = k.buffers[k.n_inputs..].iter().position(|b| *b == iv) {
-                let gather = NodeId(id as u32);
-                out.push(IndexCheck { gather, kernel, buffer: k.n_inputs + b });
+        let ids = n.inputs[1];
+        for (kernel, (buffers, n_inputs)) in kernels.clone().enumerate() {
+            if buffers[n_inputs..].contains(&ids) {
+                out.push(IndexCheck { gather: NodeId(id as u32), kernel, ids });
             }
         }
     }
     out
 }
 
-/// The computed indices of `c` (at `ptr`, as the kernel wrote them) against their table.
-fn check_computed_indices(g: &Graph, c: &IndexCheck, ptr: *mut c_void, dims: &[i64]) -> Result<()> {
+/// Elements of the ids value of `c` and their byte count, at `dims`.
+pub(crate) fn index_len(g: &Graph, c: &IndexCheck, dims: &[i64]) -> Result<(usize, usize)> {
+    let ids = g.node(c.ids);
+    let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+    let len = ids
+        .shape
+        .iter()
+        .map(|d| d.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg }))
+        .product::<Result<i64>>()? as usize;
+    Ok((len, len * ids.dtype.size()))
+}
+
+/// The ids of `c` (their little-endian bytes, as a kernel wrote them) against their table.
+pub(crate) fn check_computed_indices(
+    g: &Graph,
+    c: &IndexCheck,
+    bytes: &[u8],
+    dims: &[i64],
+) -> Result<()> {
     let n = g.node(c.gather);
     let Op::Gather { axis } = n.op else { return Ok(()) };
-    let (table, ids) = (g.node(n.inputs[0]), g.node(n.inputs[1]));
+    let (table, ids) = (g.node(n.inputs[0]), g.node(c.ids));
     let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
-    let eval = |d: &autofusion_ir::dim::DimExpr| {
-        d.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })
-    };
-    let size = eval(&table.shape[axis])?;
-    let len = ids.shape.iter().map(eval).product::<Result<i64>>()? as usize;
-    // SAFETY: the buffer holds the whole value `ids` (a materialised node, not a view), `len`
-    // elements of its dtype, written by the kernel that just finished.
-    let values: Vec<i64> = unsafe {
-        match ids.dtype {
-            DType::I64 => std::slice::from_raw_parts(ptr as *const i64, len).to_vec(),
-            DType::I32 => std::slice::from_raw_parts(ptr as *const i32, len)
-                .iter()
-                .map(|x| *x as i64)
-                .collect(),
-            _ => return Ok(()),
-        }
-    };
+    let size =
+        table.shape[axis].eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })?;
+    let values =
+        Tensor::from_le_bytes(ids.dtype, &[bytes.len() / ids.dtype.size()], bytes)?.to_i64_vec();
     match values.iter().position(|i| !(-size..size).contains(i)) {
         None => Ok(()),
         Some(at) => Err(Error::Index {

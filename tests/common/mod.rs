@@ -18,6 +18,12 @@ pub fn inputs(g: &Graph, dims: &[i64], seed: u64) -> Vec<Tensor> {
                 n.shape.iter().map(|d| d.eval(&bind).unwrap() as usize).collect();
             let name = &g.params[i];
             let seed = seed * 1000 + i as u64;
+            if !n.dtype.is_float() {
+                // Ids and masks: 0 and 1, valid for any table and as a mask.
+                let v: Vec<i64> =
+                    (0..shape.iter().product::<usize>()).map(|k| (k % 3 != 2) as i64).collect();
+                return Tensor::from_i64(&shape, v).unwrap().to_dtype(n.dtype).unwrap();
+            }
             let t = if name.contains("norm") || name.ends_with("_g") || name == "g" {
                 let r = Tensor::randn(&shape, 0.1, seed);
                 Tensor::from_f32(&shape, r.to_f32_vec().iter().map(|v| v + 1.0).collect()).unwrap()

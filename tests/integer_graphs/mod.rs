@@ -264,3 +264,18 @@ pub fn embedding_inputs(g: &Graph, s: usize, seed: u64) -> Vec<Tensor> {
         })
         .collect()
 }
+
+/// A lookup of ids a kernel computes: `table[input_ids + shift] * 2`, table `[10, 8]`.
+pub fn shifted_lookup() -> Graph {
+    let s = DimExpr::sym("S");
+    let mut b = B(GraphBuilder::new("shifted_lookup"));
+    let ids = b.0.param("input_ids", DType::I64, vec![s.clone()]);
+    let shift = b.0.param("shift", DType::I64, vec![s]);
+    let table = b.0.param("table", DType::F32, vec![DimExpr::constant(10), DimExpr::constant(8)]);
+    let shifted = b.bin(BinaryOp::Add, ids, shift, "shifted");
+    let rows = b.op(Op::Gather { axis: 0 }, &[table, shifted], "rows");
+    let two = b.0.constant(2.0, DType::F32);
+    let y = b.bin(BinaryOp::Mul, rows, two, "y");
+    b.out(&[y]);
+    b.0.finish().unwrap()
+}

@@ -51,6 +51,8 @@ pub enum Reason {
     Opaque,
     /// The merged group is not one its kernel kind's generators can emit (`KernelKind::check`).
     NotGeneratable,
+    /// The runtime checks ids a kernel computed before a gather reads them: between launches.
+    IndexCheck,
 }
 
 impl Reason {
@@ -70,6 +72,7 @@ impl Reason {
             Reason::NotProfitable => "not_profitable",
             Reason::Opaque => "opaque",
             Reason::NotGeneratable => "not_generatable",
+            Reason::IndexCheck => "index_check",
         }
     }
 }

@@ -3,7 +3,7 @@
 //! launches it saves beat the waits it adds (each wait modelled as a quarter of a launch).
 
 use super::{FusionRule, Rule, Totals};
-use crate::ir::NodeId;
+use crate::ir::{NodeId, Op};
 use crate::plan::planner::Planner;
 use crate::plan::{Candidate, Decision, Group, Reason};
 
@@ -57,8 +57,16 @@ impl FusionRule for Pipeline {
             tiling: None,
             decision: Decision::Accepted { step: 0 },
         };
+        let computed = computed_ids(p);
         c.decision = match p.rule_on(Rule::Pipeline) {
             Err((reason, detail)) => Decision::Rejected { reason, detail },
+            Ok(()) if computed.is_some() => Decision::Rejected {
+                reason: Reason::IndexCheck,
+                detail: format!(
+                    "gather `{}` reads ids a kernel computes; the runtime checks them between launches",
+                    computed.unwrap_or_default()
+                ),
+            },
             Ok(()) if benefit_us > margin_us => {
                 totals.pipeline = true;
                 totals.total_us = fused_us;
@@ -72,4 +80,15 @@ impl FusionRule for Pipeline {
         };
         candidates.push(c);
     }
+}
+
+/// The name of a gather whose ids are computed (not a parameter), if any.
+fn computed_ids(p: &Planner) -> Option<String> {
+    p.g.nodes
+        .iter()
+        .find(|n| {
+            matches!(n.op, Op::Gather { .. })
+                && !matches!(p.g.node(n.inputs[1]).op, Op::Param { .. })
+        })
+        .map(|n| n.name.clone())
 }
