@@ -5,6 +5,8 @@
 //! Without an NPU: `make -C ascend-sim && ASCEND_HOME_PATH=$PWD/ascend-sim cargo test --features ascend`.
 #![cfg(feature = "ascend")]
 
+#[path = "batched_graphs/mod.rs"]
+mod batched_graphs;
 mod common;
 #[path = "integer_graphs/mod.rs"]
 mod integer_graphs;
@@ -152,10 +154,23 @@ fn random_graphs_match_the_reference_on_ascend() {
     }
 }
 
-/// The ONNX fixtures (Hugging Face BERT and Llama layers from both torch exporters, the seed
-/// layer, a GELU MLP, exporters' shape arithmetic) imported and planned for `ascend910b` at
-/// every opt level, through the Ascend path against the reference: the graphs real exporters
-/// write, not only the DSL's.
+/// The fused variant of `unit` for `target`, generated, compiled and loaded under a symbol
+/// suffixed with `tag` (`what` names it in a failure).
+fn build_and_load(
+    unit: &Unit,
+    target: &Target,
+    tag: &str,
+    what: &str,
+) -> (autofusion_compiler::Built, autofusion_runtime::ascend::AscendModule) {
+    let built = unit
+        .build(&Ascend::new(target.clone()), Variant::Fused)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let sym = format!("{}_{tag}", unit.symbol(Variant::Fused));
+    let m = common::load_ascend_built(unit.graph.clone(), &built, &sym, &dir())
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    (built, m)
+}
+
 /// Integer and bool graphs on the vector unit, which carries them in f32 lanes: values below
 /// 2^24 (ids, positions, lengths) are exact, so inputs stay within +-1000 (products < 2^24).
 #[test]
@@ -166,12 +181,7 @@ fn integer_graphs_match_the_reference_on_ascend() {
             let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
             let unit = Unit::from_graph(graph.clone(), opts).unwrap();
             let name = format!("{} at opt_level {level}", graph.name);
-            let built = unit
-                .build(&Ascend::new(target.clone()), Variant::Fused)
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-            let sym = format!("{}_ints{level}", unit.symbol(Variant::Fused));
-            let m = common::load_ascend_built(unit.graph.clone(), &built, &sym, &dir())
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let (built, m) = build_and_load(&unit, &target, &format!("ints{level}"), &name);
             for s in [1usize, 7, 100] {
                 let ins = integer_graphs::inputs(&unit.graph, s, 1000, s as u64 + 9);
                 let refs: Vec<&Tensor> = ins.iter().collect();
@@ -239,6 +249,53 @@ fn gathers_match_the_reference_on_ascend() {
     }
 }
 
+/// A dynamic batch with padding masks on the vector and cube units: masked (and causal)
+/// attention over batch x heads as one flash kernel at opt_level 3, and a whole encoder layer
+/// over `[B, S, D]`, against the reference.
+#[test]
+fn batched_padded_attention_matches_the_reference_on_ascend() {
+    let target = Target::ascend910b();
+    let graphs = [
+        batched_graphs::attention(false, false),
+        batched_graphs::attention(true, false),
+        batched_graphs::encoder_layer(),
+    ];
+    for graph in graphs {
+        for level in [0u8, 3] {
+            let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
+            let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+            let name = format!("{} at opt_level {level}", graph.name);
+            let (built, m) = build_and_load(&unit, &target, &format!("batch{level}"), &name);
+            for (b, s) in [(1usize, 7usize), (3, 33)] {
+                let ins = if graph.name == "batched_encoder" {
+                    let mut ins = common::inputs(&unit.graph, &[b as i64, s as i64], 5);
+                    let mask: Vec<i64> =
+                        (0..b).flat_map(|i| (0..s).map(move |j| (j + i < s) as i64)).collect();
+                    ins[1] = Tensor::from_i64(&[b, s], mask).unwrap();
+                    ins
+                } else {
+                    batched_graphs::inputs(b, s, 5)
+                };
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                let dims: Vec<i64> = unit
+                    .graph
+                    .dyn_dims
+                    .iter()
+                    .map(|d| if d == "B" { b as i64 } else { s as i64 })
+                    .collect();
+                let want = autofusion_runtime::reference::run(&unit.graph, &refs, &dims).unwrap();
+                let got = m.run(0, &refs).unwrap_or_else(|e| panic!("{name}, B = {b}: {e}"));
+                common::assert_close(&format!("Ascend: {name}, B = {b}, S = {s}"), &got, &want);
+            }
+            eprintln!("ok: {name} ({} kernels)", built.plan.groups.len());
+        }
+    }
+}
+
+/// The ONNX fixtures (Hugging Face BERT and Llama layers from both torch exporters, the seed
+/// layer, a GELU MLP, exporters' shape arithmetic) imported and planned for `ascend910b` at
+/// every opt level, through the Ascend path against the reference: the graphs real exporters
+/// write, not only the DSL's (and an embedding model with int64 ids).
 #[test]
 fn onnx_fixtures_match_the_reference_on_ascend() {
     let target = Target::ascend910b();

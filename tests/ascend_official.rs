@@ -12,12 +12,15 @@
 //!
 //! A file takes about 5 s to check (g++ parses the devkit's headers each time), so by default
 //! the set is: every layer graph at every opt level (opt_level 0 is one kernel per op, what
-//! the unfused variant generates too), each rule alone on the seed layer, the integer graphs
-//! of `tests/integer_graphs` at opt_level 0 and 3, and six random graphs at opt_level 3 (about 40 files, 3-4 minutes on 2 cores).
+//! the unfused variant generates too), each rule alone on the seed layer, the integer and
+//! batched graphs of `tests/integer_graphs` and `tests/batched_graphs` at opt_level 0 and 3,
+//! and six random graphs at opt_level 3 (about 50 files, 3-4 minutes on 2 cores).
 //! `AUTOFUSION_ASCEND_CHECK_ALL=1` checks every plan the Ascend tests build, fused and unfused
 //! (each rule alone on every layer graph, all random graphs at opt_level 2 and 3: about 170
 //! files, 14 minutes on 2 cores).
 
+#[path = "batched_graphs/mod.rs"]
+mod batched_graphs;
 mod common;
 #[path = "integer_graphs/mod.rs"]
 mod integer_graphs;
@@ -69,9 +72,14 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
             add(format!("{name}, {label}"), &Unit::with_options(opts, &item).unwrap());
         }
     }
-    for graph in
-        [integer_graphs::int_ops(), integer_graphs::hf_masks(), integer_graphs::embeddings()]
-    {
+    let graphs = [
+        integer_graphs::int_ops(),
+        integer_graphs::hf_masks(),
+        integer_graphs::embeddings(),
+        batched_graphs::attention(true, false),
+        batched_graphs::encoder_layer(),
+    ];
+    for graph in graphs {
         for level in [0u8, 3] {
             let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
             add(

@@ -292,6 +292,10 @@ pub enum Op {
     Gather {
         axis: usize,
     },
+    /// The input broadcast to `shape` (with it: ONNX `Expand`), materialised.
+    Expand {
+        shape: Shape,
+    },
     // ---- sugar, expanded by canon ----
     LayerNorm {
         eps: f64,
@@ -331,6 +335,7 @@ pub enum OpKind {
     Where,
     CumSum,
     Gather,
+    Expand,
     LayerNorm,
     RmsNorm,
     Softmax,
@@ -340,7 +345,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 22] = [
+    pub const ALL: [OpKind; 23] = [
         OpKind::Param,
         OpKind::Const,
         OpKind::Unary,
@@ -357,6 +362,7 @@ impl OpKind {
         OpKind::Where,
         OpKind::CumSum,
         OpKind::Gather,
+        OpKind::Expand,
         OpKind::LayerNorm,
         OpKind::RmsNorm,
         OpKind::Softmax,
@@ -382,6 +388,7 @@ impl OpKind {
             OpKind::Where => "where",
             OpKind::CumSum => "cumsum",
             OpKind::Gather => "gather",
+            OpKind::Expand => "expand",
             OpKind::LayerNorm => "layer_norm",
             OpKind::RmsNorm => "rms_norm",
             OpKind::Softmax => "softmax",
@@ -414,6 +421,7 @@ impl Op {
             Op::Where => OpKind::Where,
             Op::CumSum { .. } => OpKind::CumSum,
             Op::Gather { .. } => OpKind::Gather,
+            Op::Expand { .. } => OpKind::Expand,
             Op::LayerNorm { .. } => OpKind::LayerNorm,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::Softmax { .. } => OpKind::Softmax,
@@ -448,7 +456,13 @@ impl Op {
     pub fn is_elementwise(&self) -> bool {
         matches!(
             self,
-            Op::Unary(_) | Op::Binary(_) | Op::Cast | Op::Copy | Op::CausalMask | Op::Where
+            Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Cast
+                | Op::Copy
+                | Op::CausalMask
+                | Op::Where
+                | Op::Expand { .. }
         )
     }
     pub fn is_view(&self) -> bool {
@@ -465,6 +479,7 @@ impl Op {
                 format!("axis={axis}")
             }
             Op::CumSum { axis, exclusive } => format!("axis={axis} exclusive={exclusive}"),
+            Op::Expand { shape } => format!("to {}", shape_str(shape)),
             Op::Transpose { perm } => format!("perm={perm:?}"),
             Op::Slice { axis, start, end } => format!("axis={axis} [{start}, {end})"),
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={eps:e}"),
@@ -648,6 +663,14 @@ pub fn infer(
         Op::Cast => Ok((shape(0), target.expect("cast target").0)),
         Op::Binary(b) => infer_binary(*b, ins),
         Op::Where => infer_where(ins),
+        Op::Expand { shape } => {
+            let s = broadcast(ins[0].0, shape).ok_or_else(|| InferError {
+                operand: Some(0),
+                msg: format!("{} cannot be expanded to {}", shape_str(ins[0].0), shape_str(shape)),
+                help: Some("axes are aligned from the right; each pair must be equal or 1".into()),
+            })?;
+            Ok((s, ins[0].1))
+        }
         Op::Gather { axis } => infer_gather(*axis, ins),
         Op::CumSum { axis, .. } => {
             in_domain(Domain::Numeric, "cumsum", ins)?;
@@ -1051,9 +1074,12 @@ impl fmt::Display for Arity {
 pub fn arity(op: &Op) -> Arity {
     match op {
         Op::Param { .. } | Op::Const { .. } => Arity::Exactly(0),
-        Op::Unary(_) | Op::Cast | Op::Copy | Op::CausalMask | Op::CumSum { .. } => {
-            Arity::Exactly(1)
-        }
+        Op::Unary(_)
+        | Op::Cast
+        | Op::Copy
+        | Op::CausalMask
+        | Op::CumSum { .. }
+        | Op::Expand { .. } => Arity::Exactly(1),
         Op::Where => Arity::Exactly(3),
         Op::Reduce { .. } | Op::Softmax { .. } => Arity::Exactly(1),
         Op::Reshape | Op::Transpose { .. } | Op::Slice { .. } => Arity::Exactly(1),

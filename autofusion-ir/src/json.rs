@@ -242,6 +242,7 @@ impl Json for Op {
                 put("axis", json!(axis))
             }
             Op::Transpose { perm } => put("perm", json!(perm)),
+            Op::Expand { shape } => put("shape", shape.to_json()),
             Op::CumSum { axis, exclusive } => {
                 put("axis", json!(axis));
                 put("exclusive", json!(exclusive))
@@ -286,6 +287,7 @@ impl Json for Op {
             }
             OpKind::Concat => Op::Concat { axis: get(v, "axis")? },
             OpKind::Gather => Op::Gather { axis: get(v, "axis")? },
+            OpKind::Expand => Op::Expand { shape: get(v, "shape")? },
             OpKind::Softmax => Op::Softmax { axis: get(v, "axis")? },
             OpKind::LayerNorm => Op::LayerNorm { eps: get(v, "eps")? },
             OpKind::RmsNorm => Op::RmsNorm { eps: get(v, "eps")? },

@@ -757,6 +757,12 @@ impl Importer<'_> {
             "Expand" => {
                 let x = self.val(&need(n, 0)?)?;
                 let to = self.ints_of(&need(n, 1)?)?;
+                if let Val::Node(id) = x {
+                    // A computed tensor (a mask broadcast to [B, 1, S, S], heads repeated):
+                    // the IR's expand, materialised where a kernel needs it.
+                    let e = self.b.op(Op::Expand { shape: to }, &[id], &Self::name(n));
+                    return e.map(|e| Some(Val::Node(e))).map_err(|e| e.msg);
+                }
                 self.known_only(op, &[&x])?;
                 fold::expand(&x, &to)?
             }
@@ -1551,8 +1557,8 @@ const SUPPORTED: &str = "MatMul, Gemm, Add, Sub, Mul, Div, Pow, Max, Min, Neg, E
     Reciprocal, Tanh, Sigmoid, Relu, Erf, Sin, Cos, Gelu, Softmax, LayerNormalization, \
     ReduceMean/Sum/Max, Cast, Identity, Dropout, Transpose, Reshape, Flatten, Squeeze, \
     Unsqueeze, Concat, Slice, Split, Gather, GatherND (batch_dims 0), Equal, Less(OrEqual), \
-    Greater(OrEqual), Not, And, Or, Xor, Where, CumSum (not reverse), and on shapes and \
-    constants Shape, Size, Constant, ConstantOfShape, Range, Expand";
+    Greater(OrEqual), Not, And, Or, Xor, Where, CumSum (not reverse), Expand, and on shapes \
+    and constants Shape, Size, Constant, ConstantOfShape, Range";
 
 /// Input `i` of node `n`, when it is given (ONNX leaves optional inputs empty).
 fn input(n: &NodeProto, i: usize) -> Option<String> {

@@ -118,7 +118,7 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
         let mut out = match &n.op {
             Op::Param { index } => Arr { shape: shape.clone(), data: values(inputs[*index]) },
             Op::Const { value } => Arr { shape: vec![], data: vec![constant(*value, n.dtype)] },
-            Op::Unary(_) | Op::Binary(_) | Op::Cast | Op::Copy | Op::CausalMask | Op::Where => {
+            op if op.is_elementwise() => {
                 let from = g.node(n.inputs[0]).dtype;
                 pointwise(&n.op, from, n.dtype, &shape, &ins)
             }
@@ -202,7 +202,7 @@ fn pointwise(op: &Op, from: DType, to: DType, shape: &[usize], ins: &[&Arr]) -> 
         Op::Unary(u) => elementwise(shape, ins, |v, _| unary(*u, on, v[0])),
         Op::Binary(b) => elementwise(shape, ins, |v, _| binary(*b, on, v[0], v[1])),
         Op::Cast => elementwise(shape, ins, |v, _| cast(from, to, v[0])),
-        Op::Copy => elementwise(shape, ins, |v, _| v[0]),
+        Op::Copy | Op::Expand { .. } => elementwise(shape, ins, |v, _| v[0]),
         Op::Where => elementwise(shape, ins, |v, _| if v[0] != 0.0 { v[1] } else { v[2] }),
         Op::CausalMask => {
             let r = shape.len();

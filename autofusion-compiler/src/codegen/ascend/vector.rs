@@ -574,7 +574,7 @@ impl Job<'_> {
                         Op::Binary(b) => binary_scalar(*b, &ops[0], &ops[1]),
                         Op::Where => format!("({} != 0.0f ? {} : {})", ops[0], ops[1], ops[2]),
                         Op::Cast => cast_scalar(from, n.dtype, &ops[0]),
-                        Op::Copy => ops[0].clone(),
+                        Op::Copy | Op::Expand { .. } => ops[0].clone(),
                         op => unreachable!("{} as a row value", op.name()),
                     }
                 }
@@ -761,7 +761,7 @@ impl Job<'_> {
             Op::Cast if !(from.is_float() && n.dtype.is_float()) => {
                 cast_seq(out, from, n.dtype, &dst, &ops[0]);
             }
-            Op::Cast | Op::Copy => match &ops[0] {
+            Op::Cast | Op::Copy | Op::Expand { .. } => match &ops[0] {
                 V::T(x) => {
                     let _ = writeln!(out, "AscendC::Adds({dst}, {x}, 0.0f, cn);");
                 }

@@ -180,7 +180,7 @@ pub(crate) fn member_expr_raw(
     match &n.op {
         Op::Unary(u) => unary_c(*u, on(), &ops[0]),
         Op::Binary(b) => binary_c(*b, on(), &ops[0], &ops[1]),
-        Op::Copy => ops[0].clone(),
+        Op::Copy | Op::Expand { .. } => ops[0].clone(),
         Op::Cast => cast_c(g.node(n.inputs[0]).dtype, n.dtype, &ops[0]),
         Op::Where => format!("({} ? {} : {})", ops[0], ops[1], ops[2]),
         Op::CausalMask => {
