@@ -204,9 +204,8 @@ fn gathers_match_the_reference_on_ascend() {
     for level in [0u8, 3] {
         let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
         let unit = Unit::from_graph(graph.clone(), opts).unwrap();
-        let built = unit.build(&Ascend::new(target.clone()), Variant::Fused).unwrap();
-        let sym = format!("{}_gather{level}", unit.symbol(Variant::Fused));
-        let m = common::load_ascend_built(unit.graph.clone(), &built, &sym, &dir()).unwrap();
+        let what = format!("{} at opt_level {level}", graph.name);
+        let (_, m) = build_and_load(&unit, &target, &format!("gather{level}"), &what);
         for s in [1usize, 7, 100] {
             let ins = integer_graphs::embedding_inputs(&unit.graph, s, s as u64);
             let refs: Vec<&Tensor> = ins.iter().collect();
@@ -232,9 +231,8 @@ fn gathers_match_the_reference_on_ascend() {
     for level in [0u8, 3] {
         let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };
         let unit = Unit::from_graph(graph.clone(), opts).unwrap();
-        let built = unit.build(&Ascend::new(target.clone()), Variant::Fused).unwrap();
-        let sym = format!("{}_shifted{level}", unit.symbol(Variant::Fused));
-        let m = common::load_ascend_built(unit.graph.clone(), &built, &sym, &dir()).unwrap();
+        let what = format!("{} at opt_level {level}", graph.name);
+        let (_, m) = build_and_load(&unit, &target, &format!("shifted{level}"), &what);
         let ok = Tensor::from_i64(&[4], vec![0, 5, -1, -14]).unwrap();
         let refs = [&ids, &ok, &table];
         let want = autofusion_runtime::reference::run(&unit.graph, &refs, &[4]).unwrap();

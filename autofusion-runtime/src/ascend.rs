@@ -258,6 +258,8 @@ pub struct AscendModule {
     /// Launch plans by the device's cores and the bound dims.
     plans: Mutex<HashMap<PlanKey, Arc<AscendPlan>>>,
     devices: Mutex<HashMap<u32, DevState>>,
+    /// Gathers whose ids a kernel computes: checked after that kernel (found once, at load).
+    index_checks: Vec<crate::exec::IndexCheck>,
 }
 
 impl AscendModule {
@@ -290,7 +292,12 @@ impl AscendModule {
                 return Err(err(format!("buffer {b} is not a node of graph `{}`", graph.name)));
             }
         }
+        let index_checks = crate::exec::computed_indices(
+            &graph,
+            meta.kernels.iter().map(|k| (k.buffers.as_slice(), k.n_inputs)),
+        );
         Ok(AscendModule {
+            index_checks,
             symbol: symbol.into(),
             graph,
             meta,
@@ -497,23 +504,17 @@ impl AscendModule {
             }
             Some(_) => {}
             None => {
-                let checks = crate::exec::computed_indices(
-                    g,
-                    self.meta.kernels.iter().map(|k| (k.buffers.as_slice(), k.n_inputs)),
-                );
                 for (k, l) in plan.launches.iter().enumerate() {
                     if !l.empty {
                         launch(k, l.block_dim)?;
                         sync(kname(k))?;
                     }
                     // Ids this kernel computed, before a gather reads them.
-                    for c in checks.iter().filter(|c| c.kernel == k) {
+                    for c in self.index_checks.iter().filter(|c| c.kernel == k) {
+                        // The ids are a kernel's output: a module buffer in the arena.
                         let j = self.meta.buffers.iter().position(|b| *b == c.ids);
-                        let (Some(j), (_, n)) = (j, crate::exec::index_len(g, c, &dims)?) else {
-                            continue;
-                        };
-                        let Some(off) = plan.offsets[j] else { continue };
-                        let mut bytes = vec![0u8; n];
+                        let Some(off) = j.and_then(|j| plan.offsets[j]) else { continue };
+                        let mut bytes = vec![0u8; crate::exec::index_bytes(g, c, &dims)?];
                         arena.download(off, &mut bytes)?;
                         crate::exec::check_computed_indices(g, c, &bytes, &dims)?;
                     }

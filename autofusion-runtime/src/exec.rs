@@ -139,6 +139,8 @@ pub struct Module {
     memory_limit: AtomicUsize,
     /// An arena larger than this is freed after the call that grew it.
     arena_retain: AtomicUsize,
+    /// Gathers whose ids a kernel computes: checked after that kernel (found once, at load).
+    index_checks: Vec<IndexCheck>,
 }
 
 thread_local! {
@@ -197,7 +199,12 @@ impl Module {
         let kernels: Vec<KernelFn> = fns.by_ref().take(meta.kernels.len()).collect();
         let pack_fns =
             meta.kernels.iter().map(|k| fns.by_ref().take(k.packs.len()).collect()).collect();
+        let index_checks = computed_indices(
+            &meta.graph,
+            meta.kernels.iter().map(|k| (k.buffers.as_slice(), k.n_inputs)),
+        );
         Ok(Module {
+            index_checks,
             symbol: symbol.to_string(),
             meta,
             kernels,
@@ -510,10 +517,7 @@ impl Module {
             });
         };
         let threads = pool().threads();
-        let index_checks = computed_indices(
-            g,
-            self.meta.kernels.iter().map(|k| (k.buffers.as_slice(), k.n_inputs)),
-        );
+        let index_checks = &self.index_checks;
         if self.meta.pipeline && threads > 1 && times.is_none() && index_checks.is_empty() {
             // One parallel region for the whole graph: workers walk the kernels in order,
             // claim blocks, and wait only for the kernels a kernel depends on.
@@ -558,13 +562,12 @@ impl Module {
                     t[ki] = t0.elapsed().as_secs_f64() * 1e6;
                 }
                 for c in index_checks.iter().filter(|c| c.kernel == ki) {
-                    let k = &self.meta.kernels[ki];
-                    let b = k.buffers.iter().position(|b| *b == c.ids).unwrap_or(0);
-                    let (_, nbytes) = index_len(g, c, &dims)?;
+                    let nbytes = index_bytes(g, c, &dims)?;
                     // SAFETY: the buffer holds the materialised ids, `nbytes` bytes the kernel
                     // that just finished wrote.
-                    let bytes =
-                        unsafe { std::slice::from_raw_parts(all_bufs[ki][b] as *const u8, nbytes) };
+                    let bytes = unsafe {
+                        std::slice::from_raw_parts(all_bufs[ki][c.buffer] as *const u8, nbytes)
+                    };
                     check_computed_indices(g, c, bytes, &dims)?;
                 }
             }
@@ -809,8 +812,9 @@ fn check_slices(g: &Graph, dims: &[i64]) -> Result<()> {
 /// requires, and plans with such gathers are not pipelined).
 pub(crate) struct IndexCheck {
     pub(crate) gather: NodeId,
-    /// The kernel writing the ids (a materialised value, one of its output buffers).
+    /// The kernel writing the ids (a materialised value), and their place in its buffers.
     pub(crate) kernel: usize,
+    pub(crate) buffer: usize,
     pub(crate) ids: NodeId,
 }
 
@@ -825,16 +829,17 @@ pub(crate) fn computed_indices<'a>(
         let Op::Gather { .. } = n.op else { continue };
         let ids = n.inputs[1];
         for (kernel, (buffers, n_inputs)) in kernels.clone().enumerate() {
-            if buffers[n_inputs..].contains(&ids) {
-                out.push(IndexCheck { gather: NodeId(id as u32), kernel, ids });
+            if let Some(b) = buffers[n_inputs..].iter().position(|b| *b == ids) {
+                let gather = NodeId(id as u32);
+                out.push(IndexCheck { gather, kernel, buffer: n_inputs + b, ids });
             }
         }
     }
     out
 }
 
-/// Elements of the ids value of `c` and their byte count, at `dims`.
-pub(crate) fn index_len(g: &Graph, c: &IndexCheck, dims: &[i64]) -> Result<(usize, usize)> {
+/// Bytes of the ids value of `c` at `dims`.
+pub(crate) fn index_bytes(g: &Graph, c: &IndexCheck, dims: &[i64]) -> Result<usize> {
     let ids = g.node(c.ids);
     let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
     let len = ids
@@ -842,7 +847,7 @@ pub(crate) fn index_len(g: &Graph, c: &IndexCheck, dims: &[i64]) -> Result<(usiz
         .iter()
         .map(|d| d.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg }))
         .product::<Result<i64>>()? as usize;
-    Ok((len, len * ids.dtype.size()))
+    Ok(len * ids.dtype.size())
 }
 
 /// The ids of `c` (their little-endian bytes, as a kernel wrote them) against their table.

@@ -290,29 +290,33 @@ pub(crate) fn binary_seq(out: &mut Code, b: BinaryOp, dst: &str, x: &V, y: &V, n
 pub(crate) fn compare_seq(out: &mut Code, b: BinaryOp, dst: &str, x: &V, y: &V) {
     let x = materialise(out, x, "ta", "cn");
     let y = materialise(out, y, "tb", "cn");
-    let lt = |out: &mut Code, p: &str, q: &str| {
-        let _ = writeln!(out, "AscendC::Sub(tc, {q}, {p}, cn);");
-        out.line("AscendC::Maxs(tc, tc, 0.0f, cn);");
-    };
-    let (negate, lines): (bool, &dyn Fn(&mut Code)) = match b {
-        BinaryOp::Lt => (false, &|o: &mut Code| lt(o, &x, &y)),
-        BinaryOp::Gt => (false, &|o: &mut Code| lt(o, &y, &x)),
-        BinaryOp::Le => (true, &|o: &mut Code| lt(o, &y, &x)),
-        BinaryOp::Ge => (true, &|o: &mut Code| lt(o, &x, &y)),
-        BinaryOp::Eq => (true, &|o: &mut Code| {
-            let _ = writeln!(o, "AscendC::Sub(tc, {x}, {y}, cn);");
-            o.line("AscendC::Abs(tc, tc, cn);");
-        }),
+    let negate = match b {
+        BinaryOp::Lt | BinaryOp::Gt => false,
+        BinaryOp::Le | BinaryOp::Ge | BinaryOp::Eq => true,
         b => unreachable!("{} is not a comparison", b.name()),
     };
-    lines(out);
-    out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
-    out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
-    let _ = writeln!(out, "AscendC::Mins({dst}, tc, 1.0f, cn);");
+    if b == BinaryOp::Eq {
+        // 1 - [x != y]
+        let _ = writeln!(out, "AscendC::Sub(tc, {x}, {y}, cn);");
+        out.line("AscendC::Abs(tc, tc, cn);");
+    } else {
+        // [p < q] = [(q - p)^+ > 0]: lt is (x, y), gt (y, x); le = 1 - gt, ge = 1 - lt.
+        let (p, q) = if matches!(b, BinaryOp::Lt | BinaryOp::Ge) { (&x, &y) } else { (&y, &x) };
+        let _ = writeln!(out, "AscendC::Sub(tc, {q}, {p}, cn);");
+        out.line("AscendC::Maxs(tc, tc, 0.0f, cn);");
+    }
+    nonzero_to_one(out, dst);
     if negate {
         let _ = writeln!(out, "AscendC::Muls({dst}, {dst}, -1.0f, cn);");
         let _ = writeln!(out, "AscendC::Adds({dst}, {dst}, 1.0f, cn);");
     }
+}
+
+/// `dst` = 1 where the non-negative lanes of `tc` are nonzero, else 0: `min(tc * 1e60, 1)`.
+fn nonzero_to_one(out: &mut Code, dst: &str) {
+    out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
+    out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
+    let _ = writeln!(out, "AscendC::Mins({dst}, tc, 1.0f, cn);");
 }
 
 /// Integer division of integral f32 lanes into `dst`: truncated toward zero, 0 where the
@@ -340,9 +344,7 @@ pub(crate) fn cast_seq(out: &mut Code, from: DType, to: DType, dst: &str, x: &V)
     let x = materialise(out, x, "ta", "cn");
     if to == DType::Bool && from != DType::Bool {
         let _ = writeln!(out, "AscendC::Abs(tc, {x}, cn);");
-        out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
-        out.line("AscendC::Muls(tc, tc, 1e30f, cn);");
-        let _ = writeln!(out, "AscendC::Mins({dst}, tc, 1.0f, cn);");
+        nonzero_to_one(out, dst);
     } else if from.is_float() {
         let _ = writeln!(
             out,
@@ -799,7 +801,8 @@ impl Job<'_> {
         let moved = |idx: &str| {
             format!("int64_t id = (int64_t){gi}.GetValue((uint64_t)({idx})); if (id < 0) id += {p}_n; id = id < 0 ? 0 : (id >= {p}_n ? {p}_n - 1 : id);")
         };
-        let _ = writeln!(out, "AscendC::Duplicate({dst}, 0.0f, cn);");
+        // An empty table has no row to read: the slot is zeros.
+        let empty = format!("else AscendC::Duplicate({dst}, 0.0f, cn);");
         if row_index && contiguous_row && !by_scalar_unit(*dd) {
             let (table, index) = gather_offsets(g, m, &position(&self.tag, rank, &col));
             let ty = ascend_type(*dd);
@@ -819,6 +822,7 @@ impl Job<'_> {
                 }
                 let _ = writeln!(c, "{q}.FreeTensor(x);");
             });
+            out.line(empty);
             return;
         }
         let (table, index) =
@@ -828,6 +832,7 @@ impl Job<'_> {
             c.line(moved(&index));
             let _ = writeln!(c, "{dst}.SetValue((uint32_t)j, static_cast<float>({gd}.GetValue((uint64_t)({table} + id * {p}_da))));");
         });
+        out.line(empty);
         out.line("AscendC::PipeBarrier<PIPE_ALL>(); /* the vector unit reads the slot */");
     }
 
