@@ -46,7 +46,7 @@ fn every_layer_graph_matches_the_reference_on_ascend() {
         let cases: Vec<(i64, Vec<Tensor>, Vec<Tensor>)> = SHAPES
             .iter()
             .map(|&s| {
-                let dims = vec![s; g.dyn_dims.len()];
+                let dims = common::dims_for(&g, s);
                 let ins = common::inputs(&g, &dims, s as u64 + 17);
                 let refs: Vec<&Tensor> = ins.iter().collect();
                 let want = autofusion_runtime::reference::run(&g, &refs, &dims).unwrap();

@@ -399,17 +399,66 @@ impl<'a> Lower<'a> {
                     (Val::T(i), _) | (_, Val::T(i)) => self.nodes[i.idx()].dtype,
                     _ => DType::F32,
                 };
-                let ta = match a {
-                    Val::Scalar(x) => self.const_node(x, dtype, sa),
-                    v => self.tensor(v, sa, "an operand")?,
-                };
-                let tb = match b {
-                    Val::Scalar(x) => self.const_node(x, dtype, sb),
-                    v => self.tensor(v, sb, "an operand")?,
-                };
+                let ta = self.operand(a, dtype, sa);
+                let tb = self.operand(b, dtype, sb);
+                let (ta, tb) = (ta?, tb?);
                 self.emit(Op::Binary(op), vec![ta, tb], &[sa, sb], whole, None).map(Val::T)
             }
         }
+    }
+
+    /// A tensor operand, or a number as a constant of `dtype` (the other operand's type).
+    fn operand(&mut self, v: Val, dtype: DType, span: Span) -> Option<NodeId> {
+        match v {
+            Val::Scalar(x) => self.number(x, dtype, span),
+            v => self.tensor(v, span, "an operand"),
+        }
+    }
+
+    /// The number `x` as a constant of `dtype`. Integer tensors take whole numbers in their
+    /// range (never a silent truncation of `0.5`); a `bool` tensor takes no number at all.
+    fn number(&mut self, x: f64, dtype: DType, span: Span) -> Option<NodeId> {
+        let fits = match dtype {
+            DType::I64 => x.fract() == 0.0 && x.abs() < 9.223_372_036_854_776e18,
+            DType::I32 => x.fract() == 0.0 && (i32::MIN as f64..=i32::MAX as f64).contains(&x),
+            DType::Bool => false,
+            _ => true,
+        };
+        if fits {
+            return Some(self.const_node(x, dtype, span));
+        }
+        let d = if dtype == DType::Bool {
+            Diag::new(span, format!("the number {x} meets a bool operand"))
+                .help("compare the bool tensor's source instead, or convert it: `cast(m, i64)`")
+        } else {
+            Diag::new(span, format!("the number {x} is not an {dtype} value"))
+                .help(format!("{dtype} operands take whole numbers in range; to compute in floating point, `cast(x, f32)` first"))
+        };
+        self.diags.push(d);
+        None
+    }
+
+    /// `name(a, b)` for an elementwise binary op by its table name, or `ne` (not `eq`).
+    fn binary_named(
+        &mut self,
+        name: &str,
+        a: Val,
+        b: Val,
+        sa: Span,
+        sb: Span,
+        whole: Span,
+    ) -> Option<Val> {
+        if name == "ne" {
+            return match self.binary(BinaryOp::Eq, a, b, sa, sb, whole)? {
+                Val::Scalar(v) => Some(Val::Scalar(UnaryOp::Not.eval(v))),
+                v => {
+                    let t = self.tensor(v, whole, "a comparison")?;
+                    self.emit(Op::Unary(UnaryOp::Not), vec![t], &[whole], whole, None).map(Val::T)
+                }
+            };
+        }
+        let op = *BinaryOp::ALL.iter().find(|o| o.name() == name).expect("a binary op name");
+        self.binary(op, a, b, sa, sb, whole)
     }
 
     fn expr(&mut self, e: &Expr) -> Option<Val> {
@@ -445,12 +494,29 @@ impl<'a> Lower<'a> {
                         .map(Val::T)
                 }
             },
+            Expr::Unary(u) if matches!(u.op, syn::UnOp::Not(_)) => match self.expr(&u.expr)? {
+                Val::Scalar(v) => Some(Val::Scalar(UnaryOp::Not.eval(v))),
+                Val::Poison => None,
+                v => {
+                    let t = self.tensor(v, u.expr.span(), "the operand of `!`")?;
+                    self.emit(Op::Unary(UnaryOp::Not), vec![t], &[u.expr.span()], e.span(), None)
+                        .map(Val::T)
+                }
+            },
             Expr::Binary(b) => {
                 let op = match b.op {
-                    syn::BinOp::Add(_) => BinaryOp::Add,
-                    syn::BinOp::Sub(_) => BinaryOp::Sub,
-                    syn::BinOp::Mul(_) => BinaryOp::Mul,
-                    syn::BinOp::Div(_) => BinaryOp::Div,
+                    syn::BinOp::Add(_) => "add",
+                    syn::BinOp::Sub(_) => "sub",
+                    syn::BinOp::Mul(_) => "mul",
+                    syn::BinOp::Div(_) => "div",
+                    syn::BinOp::Eq(_) => "eq",
+                    syn::BinOp::Ne(_) => "ne",
+                    syn::BinOp::Lt(_) => "lt",
+                    syn::BinOp::Le(_) => "le",
+                    syn::BinOp::Gt(_) => "gt",
+                    syn::BinOp::Ge(_) => "ge",
+                    syn::BinOp::BitAnd(_) | syn::BinOp::And(_) => "and",
+                    syn::BinOp::BitOr(_) | syn::BinOp::Or(_) => "or",
                     _ => {
                         self.diags.push(
                             Diag::new(
@@ -460,14 +526,14 @@ impl<'a> Lower<'a> {
                                     quote::quote!(#b.op).to_string().trim()
                                 ),
                             )
-                            .help("tensor expressions use + - * / and function calls"),
+                            .help("tensor expressions use + - * /, comparisons == != < <= > >=, & | ! on bools, and function calls"),
                         );
                         return None;
                     }
                 };
                 let l = self.expr(&b.left);
                 let r = self.expr(&b.right);
-                self.binary(op, l?, r?, b.left.span(), b.right.span(), e.span())
+                self.binary_named(op, l?, r?, b.left.span(), b.right.span(), e.span())
             }
             Expr::Call(c) => self.call(c),
             Expr::Tuple(t) => {
@@ -531,17 +597,15 @@ impl<'a> Lower<'a> {
             };
         }
         match name.as_str() {
-            "pow" | "min" | "max" if args.len() == 2 && !(name == "max" && is_int_lit(args[1])) => {
-                let op = match name.as_str() {
-                    "pow" => BinaryOp::Pow,
-                    "min" => BinaryOp::Min,
-                    _ => BinaryOp::Max,
-                };
+            n if BINARY_FNS.contains(&n)
+                && args.len() == 2
+                && !(n == "max" && is_int_lit(args[1])) =>
+            {
                 let a = self.expr(args[0]);
                 let b = self.expr(args[1]);
-                self.binary(op, a?, b?, spans[0], spans[1], whole)
+                self.binary_named(n, a?, b?, spans[0], spans[1], whole)
             }
-            "pow" | "min" => {
+            n if BINARY_FNS.contains(&n) && n != "max" => {
                 arity(self, "2 arguments", false);
                 None
             }
@@ -609,6 +673,7 @@ impl<'a> Lower<'a> {
                 let s = self.ty(t).0.clone();
                 self.emit(Op::Cast, vec![t], spans, whole, Some((d, &s))).map(Val::T)
             }
+            "where_" | "gather" | "cumsum" | "expand" => self.call_indexing(&k),
             "causal_mask" => {
                 if !arity(self, "1 argument", args.len() == 1) {
                     return None;
@@ -636,6 +701,90 @@ impl<'a> Lower<'a> {
         }
     }
 
+    /// Ops of token ids and masks: `where_`, `gather`, `cumsum`, `expand`.
+    fn call_indexing(&mut self, k: &Call) -> Option<Val> {
+        let (name, args, spans, whole) = (&k.name, &k.args, &k.spans, k.whole);
+        let arity = |this: &mut Self, want: &str, ok: bool| k.arity(this, want, ok);
+        let tensors = |this: &mut Self, idx: &[usize]| k.tensors(this, idx);
+        match name.as_str() {
+            "where_" => {
+                if !arity(self, "3 arguments (cond, a, b)", args.len() == 3) {
+                    return None;
+                }
+                let cond = tensors(self, &[0]);
+                let a = self.expr(args[1]);
+                let b = self.expr(args[2]);
+                let (cond, a, b) = (cond?[0], a?, b?);
+                // A number takes the type of the other branch (f32 when both are numbers).
+                let dtype = match (&a, &b) {
+                    (Val::T(i), _) | (_, Val::T(i)) => self.nodes[i.idx()].dtype,
+                    _ => DType::F32,
+                };
+                let ta = self.operand(a, dtype, spans[1]);
+                let tb = self.operand(b, dtype, spans[2]);
+                let ins = vec![cond, ta?, tb?];
+                self.emit(Op::Where, ins, spans, whole, None).map(Val::T)
+            }
+            "gather" => {
+                if !arity(
+                    self,
+                    "2 or 3 arguments (table, ids[, axis])",
+                    matches!(args.len(), 2 | 3),
+                ) {
+                    return None;
+                }
+                let ts = tensors(self, &[0, 1])?;
+                let axis = match args.get(2) {
+                    Some(a) => self.axis(a, self.ty(ts[0]).0.len())?,
+                    None => 0,
+                };
+                self.emit(Op::Gather { axis }, ts, spans, whole, None).map(Val::T)
+            }
+            "cumsum" => {
+                if !arity(
+                    self,
+                    "2 or 3 arguments (x, axis[, exclusive])",
+                    matches!(args.len(), 2 | 3),
+                ) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let axis = self.axis(args[1], self.ty(t).0.len())?;
+                let exclusive = match args.get(2) {
+                    None => false,
+                    Some(Expr::Path(p)) if p.path.is_ident("exclusive") => true,
+                    Some(e) => {
+                        self.diags.push(
+                            Diag::new(e.span(), "expected `exclusive` as the third argument of `cumsum`")
+                                .help("`cumsum(x, axis)` sums 0..=i, `cumsum(x, axis, exclusive)` sums 0..i"),
+                        );
+                        return None;
+                    }
+                };
+                self.emit(Op::CumSum { axis, exclusive }, vec![t], spans, whole, None).map(Val::T)
+            }
+            "expand" => {
+                if !arity(self, "2 arguments (x, [dims])", args.len() == 2) {
+                    return None;
+                }
+                let t = tensors(self, &[0])?[0];
+                let shape = self.dim_list(args[1], "[B, 1, S, S]")?;
+                self.emit(Op::Expand { shape }, vec![t], spans, whole, None).map(Val::T)
+            }
+            _ => unreachable!("`{name}` is dispatched to call_indexing by `call`"),
+        }
+    }
+
+    /// A list of known dims (`[S, H, D / H]`, like `example`): a target shape.
+    fn dim_list(&mut self, e: &Expr, example: &str) -> Option<Shape> {
+        let Expr::Array(arr) = e else {
+            self.diags
+                .push(Diag::new(e.span(), format!("expected a list of dims like `{example}`")));
+            return None;
+        };
+        arr.elems.iter().map(|el| self.dim(el, false)).collect()
+    }
+
     /// Layout ops: views (`reshape`, `transpose`, `slice`, `split`, `split_heads`, `merge_heads`) and `concat`.
     fn call_layout(&mut self, k: &Call) -> Option<Val> {
         match k.name.as_str() {
@@ -658,15 +807,7 @@ impl<'a> Lower<'a> {
                     return None;
                 }
                 let t = tensors(self, &[0])?[0];
-                let Expr::Array(arr) = args[1] else {
-                    self.diags
-                        .push(Diag::new(spans[1], "expected a list of dims like `[S, H, D / H]`"));
-                    return None;
-                };
-                let mut shape = Vec::new();
-                for el in &arr.elems {
-                    shape.push(self.dim(el, false)?);
-                }
+                let shape = self.dim_list(args[1], "[S, H, D / H]")?;
                 let d = self.ty(t).1;
                 self.emit(Op::Reshape, vec![t], spans, whole, Some((d, &shape))).map(Val::T)
             }
@@ -1097,6 +1238,10 @@ fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<
         .map(|(_, c)| c)
 }
 
+/// The elementwise binary ops called by name: `max(x, k)` with an integer literal `k` is the
+/// reduction along axis `k` instead, and `ne(a, b)` is `not(eq(a, b))`.
+const BINARY_FNS: &[&str] = &["pow", "max", "min", "eq", "ne", "lt", "le", "gt", "ge", "and", "or"];
+
 pub const KNOWN_OPS: &[&str] = &[
     "matmul",
     "linear",
@@ -1130,6 +1275,19 @@ pub const KNOWN_OPS: &[&str] = &[
     "attention",
     "rope",
     "causal_mask",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "and",
+    "or",
+    "not",
+    "where_",
+    "gather",
+    "cumsum",
+    "expand",
 ];
 
 fn usage(op: &str) -> &'static str {
@@ -1141,7 +1299,15 @@ fn usage(op: &str) -> &'static str {
         "sum" | "mean" | "max" => "sum(x, axis), mean(x, axis), max(x, axis) or max(a, b)",
         "softmax" => "softmax(x, axis)",
         "pow" | "min" => "pow(a, b), min(a, b)",
-        "cast" => "cast(x, f16)",
+        "eq" | "ne" | "lt" | "le" | "gt" | "ge" => {
+            "eq(a, b) or a == b; ne, lt, le, gt, ge likewise"
+        }
+        "and" | "or" => "and(a, b) or a & b, or(a, b) or a | b, on bool tensors",
+        "where_" => "where_(cond, a, b)",
+        "gather" => "gather(table, ids) or gather(x, ids, axis)",
+        "cumsum" => "cumsum(x, axis) or cumsum(x, axis, exclusive)",
+        "expand" => "expand(x, [B, 1, S, S])",
+        "cast" => "cast(x, f16), cast(ids, i64), cast(m, bool)",
         "reshape" => "reshape(x, [S, H, D / H])",
         "transpose" => "transpose(x, -2, -1)",
         "slice" => "slice(x, axis, start, end)",
