@@ -12,14 +12,23 @@ fn main() {
         .into_iter()
         .filter(|f| std::path::Path::new(f).exists())
         .collect();
-    // An ONNX model built into the tests as a module (`Builder::onnx`): the seed layer as
-    // onnxruntime's peer script exports it.
-    let onnx = "autofusion-onnx/tests/fixtures/seed_d32.onnx";
+    // ONNX models built into the tests as modules (`Builder::onnx`): the seed layer as
+    // onnxruntime's peer script exports it, and two whole models.
+    // Whole Hugging Face models with int64 inputs, as torch.onnx exports them
+    // (autofusion-onnx/tests/fixtures/export_torch.py): BERT by the dynamo exporter, Llama by
+    // the TorchScript one.
+    let models = [
+        ("autofusion-onnx/tests/fixtures/seed_d32.onnx", "seed_onnx"),
+        ("autofusion-onnx/tests/fixtures/bert_model_dy.onnx", "bert_onnx"),
+        ("autofusion-onnx/tests/fixtures/llama_model_ts.onnx", "llama_onnx"),
+    ];
     if !files.is_empty() {
         let mut b = autofusion_build::Builder::new();
         b.files(files);
-        if std::path::Path::new(onnx).exists() {
-            b.onnx(onnx, "seed_onnx");
+        for (model, name) in models {
+            if std::path::Path::new(model).exists() {
+                b.onnx(model, name);
+            }
         }
         b.compile("autofusion_examples");
     }

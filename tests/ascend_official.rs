@@ -72,13 +72,22 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
             add(format!("{name}, {label}"), &Unit::with_options(opts, &item).unwrap());
         }
     }
+    // Whole Hugging Face models as torch.onnx exports them (export_torch.py), imported.
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("autofusion-onnx/tests/fixtures");
+    let exported = ["bert_model_dy", "llama_model_ts"].map(|name| {
+        let model = autofusion_onnx::load(&fixtures.join(format!("{name}.onnx"))).unwrap();
+        autofusion_onnx::import(&model, name).unwrap().graph
+    });
     let graphs = [
         integer_graphs::int_ops(),
         integer_graphs::hf_masks(),
         integer_graphs::embeddings(),
         batched_graphs::attention(true, false),
         batched_graphs::encoder_layer(),
-    ];
+    ]
+    .into_iter()
+    .chain(exported);
     for graph in graphs {
         for level in [0u8, 3] {
             let opts = autofusion_compiler::Options { opt_level: level, ..Default::default() };

@@ -21,6 +21,49 @@ fn f32s(path: &Path) -> Vec<f32> {
         .collect()
 }
 
+/// The `.json` beside fixture `name`: its inputs' and outputs' names and shapes.
+fn fixture_meta(name: &str) -> serde_json::Value {
+    let path = fixture(&format!("{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A shape as the fixtures' `.json` writes it.
+fn json_shape(v: &serde_json::Value) -> Vec<usize> {
+    v.as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()
+}
+
+/// The parameters of an imported graph: its weights as the model file holds them, and its
+/// graph inputs by name from `inputs`.
+fn bind_params(
+    imported: &autofusion_onnx::import::Imported,
+    model: &autofusion_onnx::Model,
+    inputs: &[(String, Tensor)],
+) -> Vec<Tensor> {
+    (0..imported.graph.params.len())
+        .map(|p| {
+            let pname = &imported.graph.params[p];
+            let node = imported.graph.node(imported.graph.param_nodes()[p]);
+            match imported.weights.iter().find(|(q, _)| *q == p) {
+                Some(_) => {
+                    let shape: Vec<usize> =
+                        node.shape.iter().map(|e| e.as_const().unwrap() as usize).collect();
+                    let bytes = imported.weight_bytes(model, p).unwrap();
+                    Tensor::from_le_bytes(node.dtype, &shape, &bytes).unwrap()
+                }
+                None => {
+                    let (_, t) = inputs
+                        .iter()
+                        .find(|(n, _)| n == pname)
+                        .unwrap_or_else(|| panic!("no input `{pname}`"));
+                    assert_eq!(node.dtype, t.dtype(), "`{pname}`");
+                    t.clone()
+                }
+            }
+        })
+        .collect()
+}
+
 /// Fixture `name` ([s, d] in and out) through import, every opt level and our kernels, against
 /// the reference and onnxruntime's stored output. Returns the kernel count at opt_level 3.
 fn run_fixture(name: &str, s: usize, d: usize) -> usize {
@@ -98,12 +141,8 @@ fn exporter_shape_arithmetic_and_split_fold_at_import() {
 /// A fixture exported by torch.onnx (`autofusion-onnx/tests/fixtures/export_torch.py`): its
 /// inputs and torch's output, shapes from the `.json` beside it.
 fn torch_fixture(name: &str) -> (Vec<(String, Tensor)>, Tensor) {
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap())
-            .unwrap();
-    let shape = |v: &serde_json::Value| -> Vec<usize> {
-        v.as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()
-    };
+    let meta = fixture_meta(name);
+    let shape = json_shape;
     let inputs = meta["inputs"]
         .as_array()
         .unwrap()
@@ -140,23 +179,7 @@ fn torch_exported_bert_and_llama_layers_match_torch() {
             let imported =
                 autofusion_onnx::import(&model, name).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert_eq!(imported.graph.dyn_dims, ["S"], "{name}: the sequence stays dynamic");
-            let mut params = Vec::new();
-            for p in 0..imported.graph.params.len() {
-                let pname = &imported.graph.params[p];
-                match imported.weights.iter().find(|(q, _)| *q == p) {
-                    Some(_) => {
-                        let node = imported.graph.node(imported.graph.param_nodes()[p]);
-                        let shape: Vec<usize> =
-                            node.shape.iter().map(|e| e.as_const().unwrap() as usize).collect();
-                        let bytes = imported.weight_bytes(&model, p).unwrap();
-                        params.push(Tensor::from_le_bytes(node.dtype, &shape, &bytes).unwrap());
-                    }
-                    None => {
-                        let (_, t) = inputs.iter().find(|(n, _)| n == pname).unwrap();
-                        params.push(t.clone());
-                    }
-                }
-            }
+            let params = bind_params(&imported, &model, &inputs);
             let opts = Options { opt_level: level, ..Options::default() };
             let unit = Unit::from_graph(imported.graph, opts).unwrap();
             let m = common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap();
@@ -181,12 +204,8 @@ fn an_embedding_model_with_int64_ids_matches_onnxruntime() {
     let name = "embed_ids";
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("onnx_ints");
     let model = autofusion_onnx::load(&fixture(&format!("{name}.onnx"))).unwrap();
-    let meta: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{name}.json"))).unwrap())
-            .unwrap();
-    let shape = |v: &serde_json::Value| -> Vec<usize> {
-        v.as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect()
-    };
+    let meta = fixture_meta(name);
+    let shape = json_shape;
     let inputs: Vec<(String, Tensor)> = meta["inputs"]
         .as_array()
         .unwrap()
@@ -210,23 +229,7 @@ fn an_embedding_model_with_int64_ids_matches_onnxruntime() {
     for level in 0..=3u8 {
         let imported = autofusion_onnx::import(&model, name).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(imported.graph.dyn_dims, ["S"]);
-        let mut params = Vec::new();
-        for p in 0..imported.graph.params.len() {
-            let pname = &imported.graph.params[p];
-            let node = imported.graph.node(imported.graph.param_nodes()[p]);
-            match imported.weights.iter().find(|(q, _)| *q == p) {
-                Some(_) => {
-                    let shape: Vec<usize> =
-                        node.shape.iter().map(|e| e.as_const().unwrap() as usize).collect();
-                    let bytes = imported.weight_bytes(&model, p).unwrap();
-                    params.push(Tensor::from_le_bytes(node.dtype, &shape, &bytes).unwrap());
-                }
-                None => {
-                    assert_eq!(node.dtype, autofusion::DType::I64, "`{pname}` is an int64 input");
-                    params.push(inputs.iter().find(|(n, _)| n == pname).unwrap().1.clone());
-                }
-            }
-        }
+        let params = bind_params(&imported, &model, &inputs);
         let opts = Options { opt_level: level, ..Options::default() };
         let unit = Unit::from_graph(imported.graph, opts).unwrap();
         let m = common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap();
@@ -262,4 +265,126 @@ fn a_constant_index_past_a_dynamic_end_is_an_error_at_the_call() {
     let refs: Vec<&Tensor> = params.iter().collect();
     let e = m.run(&refs).unwrap_err().to_string();
     assert!(e.contains("[0, 1) of axis 0") && e.contains("S = 0"), "{e}");
+}
+
+/// A whole-model fixture of `export_torch.py` (`*_model_*`): its int64 inputs by name and
+/// torch's outputs, shapes from the `.json` beside it.
+fn model_fixture(name: &str) -> (Vec<(String, Tensor)>, Vec<Tensor>) {
+    let meta = fixture_meta(name);
+    let shape = json_shape;
+    let inputs = meta["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            assert_eq!(v[2], "int64");
+            let bytes = std::fs::read(fixture(&format!("{name}.in{i}.bin"))).unwrap();
+            let t = Tensor::from_le_bytes(autofusion::DType::I64, &shape(&v[1]), &bytes).unwrap();
+            (v[0].as_str().unwrap().to_string(), t)
+        })
+        .collect();
+    let outputs = meta["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(k, v)| {
+            Tensor::from_f32(&shape(&v[1]), f32s(&fixture(&format!("{name}.out{k}.bin")))).unwrap()
+        })
+        .collect();
+    (inputs, outputs)
+}
+
+/// Token ids `[b, s]` below `vocab`, an attention mask padding the last sequence after
+/// `s / 2 + 1` tokens, and token types switching to 1 halfway: other shapes than the fixture's.
+fn token_inputs(names: &[String], b: usize, s: usize, vocab: i64) -> Vec<(String, Tensor)> {
+    let mut rng = autofusion_compiler::testing::Rng::new((b * 100 + s) as u64);
+    names
+        .iter()
+        .map(|n| {
+            let v: Vec<i64> = (0..b * s)
+                .map(|k| {
+                    let (row, col) = (k / s, k % s);
+                    match n.as_str() {
+                        "input_ids" => (rng.next_u64() % vocab as u64) as i64,
+                        "attention_mask" => i64::from(row + 1 < b || col <= s / 2),
+                        _ => i64::from(col >= s / 2),
+                    }
+                })
+                .collect();
+            (n.clone(), Tensor::from_i64(&[b, s], v).unwrap())
+        })
+        .collect()
+}
+
+/// Hugging Face's BertModel and LlamaForCausalLM (two layers; Llama with grouped-query
+/// attention and an untied output), each exported whole by torch.onnx's TorchScript exporter
+/// (opset 17) and its dynamo exporter (opset 18) with int64 token ids, attention mask and
+/// (BERT) token types, batch and sequence dynamic: imported with every node taken (the masks,
+/// positions and index tuples the exporters compute from the inputs included), planned at
+/// opt levels 0 and 3, and run by our kernels with torch's outputs (1e-4) and the
+/// reference's, at the fixture's shape and at another batch and length.
+#[test]
+fn hugging_face_model_exports_match_torch() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("onnx_models");
+    let only = std::env::var("AUTOFUSION_TORCH_FIXTURE").ok();
+    for name in ["bert_model_ts", "bert_model_dy", "llama_model_ts", "llama_model_dy"] {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
+        let model = autofusion_onnx::load(&fixture(&format!("{name}.onnx"))).unwrap();
+        let (inputs, want) = model_fixture(name);
+        let names: Vec<String> = inputs.iter().map(|(n, _)| n.clone()).collect();
+        for level in [0u8, 3] {
+            let imported =
+                autofusion_onnx::import(&model, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(
+                imported.graph.dyn_dims,
+                ["B", "S"],
+                "{name}: batch and length stay dynamic"
+            );
+            let params = bind_params(&imported, &model, &inputs);
+            let other = bind_params(&imported, &model, &token_inputs(&names, 3, 13, 99));
+            let opts = Options { opt_level: level, ..Options::default() };
+            let unit = Unit::from_graph(imported.graph, opts).unwrap();
+            let m = common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap();
+            let ctx = format!("{name}, opt_level {level}");
+            let refs: Vec<&Tensor> = params.iter().collect();
+            let got = m.run(&refs).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            common::assert_close(&format!("{ctx} vs torch"), &got, &want);
+            common::assert_close(
+                &format!("{ctx} vs reference"),
+                &got,
+                &m.reference(&refs).unwrap(),
+            );
+            let refs: Vec<&Tensor> = other.iter().collect();
+            let got = m.run(&refs).unwrap_or_else(|e| panic!("{ctx} at B 3, S 13: {e}"));
+            let reference = m.reference(&refs).unwrap();
+            common::assert_close(&format!("{ctx} at B 3, S 13 vs reference"), &got, &reference);
+            eprintln!("ok: {ctx} ({} kernels)", m.kernel_names().len());
+        }
+    }
+}
+
+include!(concat!(env!("OUT_DIR"), "/autofusion/bert_onnx.rs"));
+include!(concat!(env!("OUT_DIR"), "/autofusion/llama_onnx.rs"));
+
+/// The same models built by this package's build.rs with `Builder::onnx` (BERT from the dynamo
+/// export, Llama from the TorchScript one): the generated functions take the token tensors by
+/// name, read the weights from the model file, and give torch's outputs.
+#[test]
+fn models_built_with_builder_onnx_give_torchs_outputs() {
+    let (inputs, want) = model_fixture("bert_model_dy");
+    let t = |k: usize| &inputs[k].1;
+    let (hidden, pooled) = bert_onnx::run(t(0), t(1), t(2)).unwrap();
+    common::assert_close("bert_onnx vs torch", &[hidden, pooled], &want);
+    let (inputs, want) = model_fixture("llama_model_ts");
+    let logits = llama_onnx::run(&inputs[0].1, &inputs[1].1).unwrap();
+    common::assert_close("llama_onnx vs torch", &[logits], &want);
+    // An id outside the vocabulary is an error naming the input, before any kernel runs.
+    let bad = Tensor::from_i64(&[1, 3], vec![5, 99, 7]).unwrap();
+    let ones = Tensor::from_i64(&[1, 3], vec![1; 3]).unwrap();
+    let e = llama_onnx::run(&bad, &ones).unwrap_err().to_string();
+    assert!(e.contains("`input_ids` holds 99 at element 1") && e.contains("99 rows"), "{e}");
 }

@@ -44,18 +44,12 @@ pub fn is_fused(m: &ModelProto) -> bool {
     m.graph.as_ref().is_some_and(|g| g.node.iter().any(|n| n.domain == FUSED_DOMAIN))
 }
 
-/// Union-find over kernel indices.
-fn find(parent: &mut [usize], i: usize) -> usize {
-    let mut r = i;
-    while parent[r] != r {
-        r = parent[r];
-    }
-    parent[i] = r;
-    r
-}
-
-/// The ONNX nodes (by index) each kernel of `plan` holds, after joining kernels that share a
-/// node and closing over views: one entry per resulting cluster, with its kernel indices.
+/// The ONNX nodes (by index) each kernel of `plan` holds, closed over the nodes between
+/// them: one entry per kernel that holds any, with its kernel index. A node several kernels
+/// hold (recomputed in each, or split across them) belongs to the first of them in plan order,
+/// which is topological: the others read its output. Joining them instead would put far-apart
+/// kernels (every layer's attention reading one computed mask) in one fused node, around the
+/// nodes between them, which is a cycle.
 fn clusters(
     model: &ModelProto,
     g: &Graph,
@@ -63,23 +57,12 @@ fn clusters(
     merged: &[Decomposed],
 ) -> Vec<(Vec<usize>, BTreeSet<usize>)> {
     let nodes = &model.graph.as_ref().expect("imported model has a graph").node;
-    let k = plan.groups.len();
-    let mut parent: Vec<usize> = (0..k).collect();
     let mut owner: HashMap<usize, usize> = HashMap::new();
     for (gi, gr) in plan.groups.iter().enumerate() {
         for m in &gr.nodes {
             let line = g.node(*m).line as usize;
-            if line == 0 || line > nodes.len() {
-                continue;
-            }
-            match owner.get(&(line - 1)) {
-                Some(&o) => {
-                    let (a, b) = (find(&mut parent, o), find(&mut parent, gi));
-                    parent[a] = b;
-                }
-                None => {
-                    owner.insert(line - 1, gi);
-                }
+            if (1..=nodes.len()).contains(&line) {
+                owner.entry(line - 1).or_insert(gi);
             }
         }
     }
@@ -91,64 +74,70 @@ fn clusters(
             }
         }
     }
-    let mut of: BTreeMap<usize, (Vec<usize>, BTreeSet<usize>)> = BTreeMap::new();
-    for gi in 0..k {
-        let r = find(&mut parent, gi);
-        of.entry(r).or_default().0.push(gi);
-    }
+    let mut of: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
     for (n, gi) in &owner {
-        let r = find(&mut parent, *gi);
-        of.get_mut(&r).unwrap().1.insert(*n);
+        of.entry(*gi).or_default().insert(*n);
     }
-    let mut out: Vec<(Vec<usize>, BTreeSet<usize>)> = of.into_values().collect();
-    // Close over unowned nodes whose inputs all come from one cluster and whose readers are
-    // all in it (a transpose between two of its nodes, a reshape's copy).
+    let mut out: Vec<(Vec<usize>, BTreeSet<usize>)> =
+        of.into_iter().map(|(gi, members)| (vec![gi], members)).collect();
+    close_over_paths(nodes, &mut out);
+    out
+}
+
+/// Each cluster takes the unowned nodes on a path from one of its nodes to another (views,
+/// shape arithmetic, ops whose IR vanished at import): a fused node must be convex, or the
+/// model would have a cycle through them.
+fn close_over_paths(nodes: &[NodeProto], out: &mut [(Vec<usize>, BTreeSet<usize>)]) {
     let producer: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
-        .flat_map(|(i, n)| n.output.iter().map(move |o| (o.as_str(), i)))
+        .flat_map(|(i, n)| n.output.iter().filter(|o| !o.is_empty()).map(move |o| (o.as_str(), i)))
         .collect();
-    let mut readers: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    let mut pred: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     for (i, n) in nodes.iter().enumerate() {
-        for x in n.input.iter().filter(|x| !x.is_empty()) {
-            readers.entry(x.as_str()).or_default().push(i);
+        for p in n.input.iter().filter_map(|x| producer.get(x.as_str())) {
+            succ[*p].push(i);
+            pred[i].push(*p);
         }
     }
-    let graph_outputs: BTreeSet<&str> =
-        model.graph.as_ref().unwrap().output.iter().map(|o| o.name.as_str()).collect();
-    let mut changed = true;
-    while changed {
-        changed = false;
-        let owned: BTreeSet<usize> = out.iter().flat_map(|c| c.1.iter().copied()).collect();
-        for i in (0..nodes.len()).filter(|i| !owned.contains(i)) {
-            let n = &nodes[i];
-            for c in out.iter_mut() {
-                let from_c = n
-                    .input
-                    .iter()
-                    .filter(|x| !x.is_empty())
-                    .filter_map(|x| producer.get(x.as_str()))
-                    .all(|p| c.1.contains(p));
-                let any_from_c = n
-                    .input
-                    .iter()
-                    .filter_map(|x| producer.get(x.as_str()))
-                    .any(|p| c.1.contains(p));
-                let read_in_c = n.output.iter().all(|o| {
-                    !graph_outputs.contains(o.as_str())
-                        && readers
-                            .get(o.as_str())
-                            .is_some_and(|rs| rs.iter().all(|r| c.1.contains(r)))
-                });
-                if from_c && any_from_c && read_in_c {
-                    c.1.insert(i);
-                    changed = true;
-                    break;
+    let reach = |from: &BTreeSet<usize>, next: &[Vec<usize>]| -> Vec<bool> {
+        let mut seen = vec![false; next.len()];
+        let mut stack: Vec<usize> = from.iter().copied().collect();
+        while let Some(i) = stack.pop() {
+            for &j in &next[i] {
+                if !seen[j] {
+                    seen[j] = true;
+                    stack.push(j);
                 }
             }
         }
+        seen
+    };
+    let mut owned: BTreeSet<usize> = out.iter().flat_map(|c| c.1.iter().copied()).collect();
+    for c in out.iter_mut() {
+        let (after, before) = (reach(&c.1, &succ), reach(&c.1, &pred));
+        for i in 0..nodes.len() {
+            if after[i] && before[i] && owned.insert(i) {
+                c.1.insert(i);
+            }
+        }
     }
-    out
+}
+
+/// Whether node `at` depends on itself through `deps`.
+fn on_a_cycle(deps: &[BTreeSet<usize>], at: usize) -> bool {
+    let mut seen = vec![false; deps.len()];
+    let mut stack: Vec<usize> = deps[at].iter().copied().collect();
+    while let Some(i) = stack.pop() {
+        if i == at {
+            return true;
+        }
+        if !std::mem::replace(&mut seen[i], true) {
+            stack.extend(deps[i].iter().copied());
+        }
+    }
+    false
 }
 
 fn string_attr(name: &str, v: &str) -> AttributeProto {
@@ -160,15 +149,14 @@ fn string_attr(name: &str, v: &str) -> AttributeProto {
     }
 }
 
-/// Kahn's order of `nodes` by their tensors (stable: the lowest original position first);
-/// `None` when they form a cycle.
-fn topo_order(nodes: &[NodeProto], graph_inputs: &BTreeSet<String>) -> Option<Vec<usize>> {
+/// The dependencies of each of `nodes` (the nodes producing its inputs).
+fn dependencies(nodes: &[NodeProto], graph_inputs: &BTreeSet<String>) -> Vec<BTreeSet<usize>> {
     let producer: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
         .flat_map(|(i, n)| n.output.iter().filter(|o| !o.is_empty()).map(move |o| (o.as_str(), i)))
         .collect();
-    let deps: Vec<BTreeSet<usize>> = nodes
+    nodes
         .iter()
         .map(|n| {
             n.input
@@ -177,11 +165,16 @@ fn topo_order(nodes: &[NodeProto], graph_inputs: &BTreeSet<String>) -> Option<Ve
                 .filter_map(|x| producer.get(x.as_str()).copied())
                 .collect()
         })
-        .collect();
-    let mut done = vec![false; nodes.len()];
+        .collect()
+}
+
+/// Kahn's order of `nodes` by their tensors (stable: the lowest original position first);
+/// `None` when they form a cycle.
+fn topo_order(deps: &[BTreeSet<usize>]) -> Option<Vec<usize>> {
+    let mut done = vec![false; deps.len()];
     let mut order = Vec::new();
-    while order.len() < nodes.len() {
-        let next = (0..nodes.len()).find(|i| !done[*i] && deps[*i].iter().all(|d| done[*d]))?;
+    while order.len() < deps.len() {
+        let next = (0..deps.len()).find(|i| !done[*i] && deps[*i].iter().all(|d| done[*d]))?;
         done[next] = true;
         order.push(next);
     }
@@ -220,6 +213,8 @@ pub fn fuse(
         let mut new_nodes: Vec<NodeProto> = Vec::new();
         let mut functions = Vec::new();
         let mut fused = Vec::new();
+        // Where each cluster's fused node is in `new_nodes`.
+        let mut fused_at: Vec<(usize, usize)> = Vec::new();
         for (i, n) in nodes.iter().enumerate() {
             let Some(&ci) = owned.get(&i) else {
                 new_nodes.push(n.clone());
@@ -257,6 +252,7 @@ pub fn fuse(
                 .collect();
             let rules: Vec<String> = rules.into_iter().collect();
             let fname = format!("Fused_{}", knames.join("_"));
+            fused_at.push((new_nodes.len(), ci));
             functions.push(FunctionProto {
                 name: fname.clone(),
                 domain: FUSED_DOMAIN.into(),
@@ -291,7 +287,8 @@ pub fn fuse(
                 members: inner.iter().map(|n| n.name.clone()).collect(),
             });
         }
-        match topo_order(&new_nodes, &graph_inputs) {
+        let deps = dependencies(&new_nodes, &graph_inputs);
+        match topo_order(&deps) {
             Some(order) => {
                 let mut m = model.clone();
                 let gm = m.graph.as_mut().unwrap();
@@ -321,8 +318,10 @@ pub fn fuse(
                 return Fused { model: m, fused, left };
             }
             None => {
-                // Un-fuse the last cluster on a cycle and try again (terminates: clusters shrink).
-                let Some(ci) = cl.len().checked_sub(1) else {
+                // Un-fuse a cluster on a cycle (the last when none is found) and try again:
+                // this terminates, as clusters only go.
+                let on_cycle = fused_at.iter().find(|(at, _)| on_a_cycle(&deps, *at)).map(|c| c.1);
+                let Some(ci) = on_cycle.or(cl.len().checked_sub(1)) else {
                     unreachable!("the original graph is acyclic")
                 };
                 for n in &cl[ci].1 {

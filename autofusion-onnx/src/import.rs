@@ -15,10 +15,13 @@ use autofusion_compiler::ir::{BinaryOp, DType, Graph, NodeId, Op, ReduceKind, Un
 use autofusion_compiler::GraphBuilder;
 use std::collections::{BTreeSet, HashMap};
 
+mod computed;
 mod fold;
 
-/// The opsets this importer reads (of the default domain).
-pub const OPSETS: std::ops::RangeInclusive<i64> = 13..=21;
+/// The opsets this importer reads (of the default domain). Past 21, the ops it takes changed
+/// only by the element types they admit (and Cast's `round_mode`, which concerns float8 and
+/// float4 targets, and Range's `stash_type`): checked with onnx's schemas (`since_version`).
+pub const OPSETS: std::ops::RangeInclusive<i64> = 13..=28;
 
 /// A model read into the IR.
 pub struct Imported {
@@ -62,7 +65,21 @@ impl Imported {
             OnnxError::model(format!("parameter {param} is not a weight of the model"))
         })?;
         let g = model.proto.graph.as_ref().expect("load checks the graph");
-        let t = g.initializer.iter().find(|t| &t.name == name).expect("weights are initializers");
+        // An initializer, or the value of the Constant node whose output it is.
+        let constant = || {
+            g.node
+                .iter()
+                .filter(|n| n.op_type == "Constant" && n.output.first() == Some(name))
+                .find_map(|n| {
+                    n.attribute.iter().find(|a| a.name == "value").and_then(|a| a.t.as_ref())
+                })
+        };
+        let t =
+            g.initializer.iter().find(|t| &t.name == name).or_else(constant).ok_or_else(|| {
+                OnnxError::model(format!(
+                    "weight `{name}` is neither an initializer nor a Constant"
+                ))
+            })?;
         let node = self.graph.node(self.graph.param_nodes()[param]);
         let n = node.shape.iter().map(|d| d.as_const().unwrap_or(0).max(0) as usize).product();
         Ok((t, node.dtype.size(), n))
@@ -144,7 +161,8 @@ fn import_with(model: &Model, name: &str, partial: bool) -> Result<Imported, Onn
             continue; // a step of a chain imported as one op at its last node
         }
         im.b.set_line(i as u32 + 1);
-        let reason = match node.input.iter().find(|x| unknown.contains(*x)) {
+        let chain_input = merged.iter().find(|d| d.last == i).map(|d| &d.input);
+        let reason = match node.input.iter().chain(chain_input).find(|x| unknown.contains(*x)) {
             Some(x) if partial => Err(format!(
                 "reads `{x}`, the output of a node left as it is, whose type and shape the model \
                  does not record (run onnx.shape_inference on the model first)"
@@ -323,6 +341,15 @@ fn axis(a: i64, r: usize) -> Result<usize, String> {
     }
 }
 
+/// Flatten's axis of a rank-`r` tensor: in `-r ..= r`, a negative one counting from `r`.
+fn flatten_axis(a: i64, r: usize) -> Result<usize, String> {
+    let v = if a < 0 { a + r as i64 } else { a };
+    usize::try_from(v)
+        .ok()
+        .filter(|v| *v <= r)
+        .ok_or_else(|| format!("Flatten axis {a} is out of range for rank {r}"))
+}
+
 type R<T> = Result<T, String>;
 
 impl Importer<'_> {
@@ -377,13 +404,15 @@ impl Importer<'_> {
                 format!("input `{name}` is produced by no node, input or initializer")
             });
         };
-        let v = self.initializer(t)?;
+        let v = self.initializer(t, name)?;
         self.vals.insert(name.to_string(), v.clone());
         Ok(v)
     }
 
-    /// An initializer: integers and float scalars are known; other floats are weights.
-    fn initializer(&mut self, t: &TensorProto) -> R<Val> {
+    /// An initializer, or the value of a Constant node, named `name` (an initializer's own, a
+    /// Constant's output): integers and float scalars are known; other floats are weights,
+    /// read from the model file by that name.
+    fn initializer(&mut self, t: &TensorProto, name: &str) -> R<Val> {
         let shape: Vec<usize> = t
             .dims
             .iter()
@@ -450,8 +479,8 @@ impl Importer<'_> {
                 // mapping, not a copy).
                 tensor_bytes(t, &self.model.path, dtype.size(), n).map_err(|e| e.msg)?;
                 let dims = shape.iter().map(|d| DimExpr::constant(*d as i64)).collect();
-                let id = self.b.param(&t.name, dtype, dims);
-                self.weights.push((self.n_params, t.name.clone()));
+                let id = self.b.param(name, dtype, dims);
+                self.weights.push((self.n_params, name.to_string()));
                 self.n_params += 1;
                 Ok(Val::Node(id))
             }
@@ -575,14 +604,30 @@ impl Importer<'_> {
                 self.b.binary(op, a, b, name).map(Val::Node).map_err(|e| e.msg)
             }
             (Val::Node(a), k @ Val::Known { .. }) => {
-                let c = self.scalar(&k, self.b.node(a).dtype)?;
+                let c = self.operand(k, a, name)?;
                 self.b.binary(op, a, c, name).map(Val::Node).map_err(|e| e.msg)
             }
             (k @ Val::Known { .. }, Val::Node(b)) => {
-                let c = self.scalar(&k, self.b.node(b).dtype)?;
+                let c = self.operand(k, b, name)?;
                 self.b.binary(op, c, b, name).map(Val::Node).map_err(|e| e.msg)
             }
             (a, b) => fold_binary(op, &a, &b),
+        }
+    }
+
+    /// A known value as the operand of an op with the computed tensor `other`: a scalar
+    /// constant when it is one element that broadcasts without raising `other`'s rank, else
+    /// the tensor it stands for (`tensor_of`), of `other`'s type.
+    fn operand(&mut self, k: Val, other: NodeId, name: &str) -> R<NodeId> {
+        let like = self.b.node(other).dtype;
+        match &k {
+            Val::Known { shape, .. }
+                if shape.iter().product::<usize>() == 1
+                    && shape.len() <= self.shape(other).len() =>
+            {
+                self.scalar(&k, like)
+            }
+            _ => self.tensor_of(k, like, &format!("{name}.const")),
         }
     }
 
@@ -591,7 +636,11 @@ impl Importer<'_> {
         let Val::Known { ints, floats, float, .. } = k else { unreachable!() };
         let v = match (float, floats.as_slice(), ints.as_slice()) {
             (true, [v], _) => *v,
-            (false, _, [d]) => d.as_const().ok_or("a symbolic integer used as a tensor")? as f64,
+            (false, _, [d]) => match d.as_const() {
+                Some(v) => v as f64,
+                // A dim's value (`S` in `position_ids + S`): computed at run time.
+                None => return self.dim_node(&d.clone(), dtype, "dim"),
+            },
             _ => return Err("a constant with several elements used as a tensor operand".into()),
         };
         Ok(self.b.constant(v, dtype))
@@ -635,7 +684,7 @@ impl Importer<'_> {
                 }
                 "LayerNormalization" => self.layer_norm(n, &a, &name)?,
                 "ReduceMean" | "ReduceSum" | "ReduceMax" => self.reduce(n, &a, &name)?,
-                "Constant" => self.constant(&a)?,
+                "Constant" => self.constant(&a, &name)?,
                 "Concat" => self.concat(n, &a, &name)?,
                 "Gather" => self.gather(n, &a, &name)?,
                 "GatherND" => self.gather_nd(n, &a, &name)?,
@@ -662,6 +711,9 @@ impl Importer<'_> {
     /// Elementwise functions (variadic binary ops fold left, as ONNX's Max / Min / Sum do).
     fn elementwise(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Option<Val>> {
         let op = n.op_type.as_str();
+        if op == "Pow" {
+            return self.pow(n, name).map(Some);
+        }
         if let Some(b) = binary_op(op) {
             let mut acc = self.val(&need(n, 0)?)?;
             for i in 1..n.input.len() {
@@ -685,8 +737,28 @@ impl Importer<'_> {
             }
             _ => return Ok(None),
         };
-        let x = self.node_of(&need(n, 0)?)?;
+        let x = match self.val(&need(n, 0)?)? {
+            Val::Node(x) => x,
+            k => return fold::unary(u, &k).map(Some),
+        };
         Ok(Some(Val::Node(self.b.unary(u, x, name).map_err(|e| e.msg)?)))
+    }
+
+    /// Pow: ONNX lets the exponent have its own type; it is cast to the base's (a float; an
+    /// integer base is not taken).
+    fn pow(&mut self, n: &NodeProto, name: &str) -> R<Val> {
+        let (x, y) = (self.val(&need(n, 0)?)?, self.val(&need(n, 1)?)?);
+        let y = match (&x, y) {
+            (Val::Node(b), Val::Node(e)) if self.b.node(*b).dtype != self.b.node(e).dtype => {
+                let d = self.b.node(*b).dtype;
+                if !d.is_float() {
+                    return Err(format!("Pow of an integer base ({d}) is not supported"));
+                }
+                Val::Node(self.b.cast(e, d, &format!("{name}.exponent")).map_err(|e| e.msg)?)
+            }
+            (_, y) => y,
+        };
+        self.bin(BinaryOp::Pow, x, y, name)
     }
 
     /// Ops that move or describe a tensor's layout: views, and its shape as a known value.
@@ -699,7 +771,14 @@ impl Importer<'_> {
         if matches!(op, "Squeeze" | "Unsqueeze") {
             return self.squeeze(n, a, name).map(Some);
         }
-        let x = self.node_of(&need(n, 0)?)?;
+        let x = match self.val(&need(n, 0)?)? {
+            Val::Node(id) => id,
+            k => match self.known_layout(n, a, k.clone())? {
+                Some(v) => return Ok(Some(v)),
+                // Otherwise built as a tensor and moved as one.
+                None => self.tensor_of(k, DType::I64, &format!("{name}.const"))?,
+            },
+        };
         let s = self.shape(x);
         Ok(Some(match op {
             "Transpose" => {
@@ -716,7 +795,7 @@ impl Importer<'_> {
                 Val::Node(self.b.reshape(x, to, name).map_err(|e| e.msg)?)
             }
             "Flatten" => {
-                let ax = axis(a.int("axis", 1), s.len() + 1)?;
+                let ax = flatten_axis(a.int("axis", 1), s.len())?;
                 let to = vec![numel(&s[..ax]), numel(&s[ax..])];
                 Val::Node(self.b.reshape(x, to, name).map_err(|e| e.msg)?)
             }
@@ -729,6 +808,41 @@ impl Importer<'_> {
             }
             _ => Val::Known { shape: vec![], ints: vec![numel(&s)], floats: vec![], float: false },
         }))
+    }
+
+    /// Shape, Size, and Reshape / Flatten to a constant shape, of a known value: folded (its
+    /// elements keep their order). `None` for what must be computed.
+    fn known_layout(&mut self, n: &NodeProto, a: &Attrs, k: Val) -> R<Option<Val>> {
+        let Val::Known { shape, ints, floats, float } = k else { return Ok(None) };
+        let dims: Shape = shape.iter().map(|d| DimExpr::constant(*d as i64)).collect();
+        let to = match n.op_type.as_str() {
+            "Shape" | "Size" => {
+                let r = shape.len() as i64;
+                let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+                let (st, en) = (clamp(a.int("start", 0)), clamp(a.int("end", r)));
+                let ints: Vec<DimExpr> = if n.op_type == "Size" {
+                    vec![numel(&dims)]
+                } else {
+                    dims[st..en.max(st)].to_vec()
+                };
+                let shape = if n.op_type == "Size" { vec![] } else { vec![ints.len()] };
+                return Ok(Some(Val::Known { shape, ints, floats: vec![], float: false }));
+            }
+            "Reshape" => {
+                reshape_target(&dims, &self.ints_of(&need(n, 1)?)?, a.int("allowzero", 0) != 0)?
+            }
+            "Flatten" => {
+                let ax = flatten_axis(a.int("axis", 1), dims.len())?;
+                vec![numel(&dims[..ax]), numel(&dims[ax..])]
+            }
+            _ => return Ok(None),
+        };
+        let Some(to) =
+            to.iter().map(|d| d.as_const().map(|v| v as usize)).collect::<Option<Vec<_>>>()
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Val::Known { shape: to, ints, floats, float }))
     }
 
     /// Exporters' arithmetic on shapes and constants, folded at import (`fold`): each takes
@@ -764,20 +878,56 @@ impl Importer<'_> {
                     return e.map(|e| Some(Val::Node(e))).map_err(|e| e.msg);
                 }
                 self.known_only(op, &[&x])?;
-                fold::expand(&x, &to)?
+                if to.iter().all(|d| d.as_const().is_some()) {
+                    fold::expand(&x, &to)?
+                } else {
+                    let nm = Self::name(n);
+                    let k = self.tensor_of(x, DType::I64, &format!("{nm}.const"))?;
+                    let e = self.b.op(Op::Expand { shape: to }, &[k], &nm);
+                    return e.map(|e| Some(Val::Node(e))).map_err(|e| e.msg);
+                }
             }
             "ConstantOfShape" => {
                 let shape = self.ints_of(&need(n, 0)?)?;
                 let value = match a.get("value").and_then(|v| v.t.as_ref()) {
-                    Some(t) => Some(self.initializer(t)?),
+                    Some(t) => Some(self.initializer(t, &t.name)?),
                     None => None,
                 };
-                fold::constant_of_shape(&shape, value)?
+                if shape.iter().all(|d| d.as_const().is_some()) {
+                    fold::constant_of_shape(&shape, value)?
+                } else {
+                    // Of a dynamic shape (a mask [B, 1, S, S] filled before Where): computed.
+                    let elem = a.get("value").and_then(|v| v.t.as_ref()).map(|t| t.data_type);
+                    let dtype = elem.and_then(elem_dtype).unwrap_or(DType::F32);
+                    let fill = value.unwrap_or(Val::Known {
+                        shape: vec![],
+                        ints: vec![],
+                        floats: vec![0.0],
+                        float: true,
+                    });
+                    let nm = Self::name(n);
+                    let c = self.tensor_of(fill, dtype, &format!("{nm}.value"))?;
+                    let c =
+                        self.b.reshape(c, vec![], &format!("{nm}.scalar")).map_err(|e| e.msg)?;
+                    Val::Node(self.b.op(Op::Expand { shape }, &[c], &nm).map_err(|e| e.msg)?)
+                }
             }
             "Range" => {
                 let v = vals(self, 3)?;
-                self.known_only(op, &[&v[0], &v[1], &v[2]])?;
-                fold::range(&v[0], &v[1], &v[2])?
+                if let Some(i) = v.iter().position(|x| matches!(x, Val::Node(_))) {
+                    return Err(format!(
+                        "Range whose bound (input {i}) is a value computed at run time: its \
+                         length would depend on the data, and shapes here depend on dims only"
+                    ));
+                }
+                let symbolic = v.iter().any(|x| {
+                    matches!(x, Val::Known { ints, .. } if ints.iter().any(|d| d.as_const().is_none()))
+                });
+                if symbolic {
+                    self.dynamic_range(&v, &Self::name(n))?
+                } else {
+                    fold::range(&v[0], &v[1], &v[2])?
+                }
             }
             "CumSum" => {
                 let x = self.val(&need(n, 0)?)?;
@@ -1028,7 +1178,13 @@ impl Importer<'_> {
             Val::Node(x) => x,
             k => return fold::reduce(kind, &k, &axes, a.int("keepdims", 1) != 0),
         };
-        let mut y = x;
+        // ReduceMax of bools is "any": the max of them as floats (-inf for none) above 0.
+        let any = kind == ReduceKind::Max && self.b.node(x).dtype == DType::Bool;
+        let mut y = if any {
+            self.b.cast(x, DType::F32, &format!("{name}.f32")).map_err(|e| e.msg)?
+        } else {
+            x
+        };
         for (k, ax) in axes.iter().enumerate() {
             let nm = if k + 1 == axes.len() { name.to_string() } else { format!("{name}.{ax}") };
             y = self.b.op(Op::Reduce { kind, axis: *ax }, &[y], &nm).map_err(|e| e.msg)?;
@@ -1042,6 +1198,10 @@ impl Importer<'_> {
                 .map(|(_, d)| d.clone())
                 .collect();
             y = self.b.reshape(y, s, &format!("{name}.squeeze")).map_err(|e| e.msg)?;
+        }
+        if any {
+            let zero = self.b.constant(0.0, DType::F32);
+            y = self.b.binary(BinaryOp::Gt, y, zero, &format!("{name}.any")).map_err(|e| e.msg)?;
         }
         Ok(Val::Node(y))
     }
@@ -1095,9 +1255,9 @@ impl Importer<'_> {
         }
     }
 
-    fn constant(&mut self, a: &Attrs) -> R<Val> {
+    fn constant(&mut self, a: &Attrs, name: &str) -> R<Val> {
         if let Some(t) = a.get("value").and_then(|v| v.t.as_ref()) {
-            return self.initializer(t);
+            return self.initializer(t, name);
         }
         if let Some(v) = a.get("value_float") {
             return Ok(Val::Known {
@@ -1139,7 +1299,18 @@ impl Importer<'_> {
             }
             return Ok(Val::Known { shape: vec![ints.len()], ints, floats: vec![], float: false });
         }
-        let ids: Vec<NodeId> = n.input.iter().map(|i| self.node_of(i)).collect::<R<_>>()?;
+        // Known parts beside computed ones are built as tensors of the computed ones' type.
+        let like = vals
+            .iter()
+            .find_map(|v| match v {
+                Val::Node(id) => Some(self.b.node(*id).dtype),
+                _ => None,
+            })
+            .ok_or("Concat of float constants")?;
+        let mut ids = Vec::new();
+        for (k, v) in vals.into_iter().enumerate() {
+            ids.push(self.tensor_of(v, like, &format!("{name}.part{k}"))?);
+        }
         let ax = axis(a.int("axis", 0), self.shape(ids[0]).len())?;
         Ok(Val::Node(self.b.op(Op::Concat { axis: ax }, &ids, name).map_err(|e| e.msg)?))
     }
@@ -1169,12 +1340,24 @@ impl Importer<'_> {
         let mut vals = vals.into_iter();
         let mut next = || vals.next().ok_or_else(|| format!("`{op}` is missing an input"));
         let node = |me: &mut Self, v: Val, like: DType| -> R<NodeId> {
-            match v {
-                Val::Node(id) => Ok(id),
-                k => me.scalar(&k, like),
+            let id = match v {
+                Val::Node(id) => id,
+                Val::Known { ref shape, .. } if shape.iter().product::<usize>() == 1 => {
+                    me.scalar(&v, like)?
+                }
+                k => me.tensor_of(k, like, &format!("{name}.const"))?,
+            };
+            // A known mask built as integers (known values keep no type) where ONNX has a bool.
+            if like == DType::Bool && me.b.node(id).dtype == DType::I64 {
+                return me.b.cast(id, DType::Bool, &format!("{name}.bool")).map_err(|e| e.msg);
             }
+            Ok(id)
         };
         let out = match op {
+            "And" | "Or" => {
+                let (x, y) = (node(self, next()?, DType::Bool)?, node(self, next()?, DType::Bool)?);
+                self.b.binary(cmp.expect("a logical op"), x, y, name)
+            }
             "Not" => {
                 let x = node(self, next()?, DType::Bool)?;
                 self.b.unary(UnaryOp::Not, x, name)
@@ -1206,12 +1389,12 @@ impl Importer<'_> {
                     [v] => axis(*v, rank)?,
                     _ => return Err("CumSum's axis must be a scalar".into()),
                 };
-                if a.int("reverse", 0) != 0 {
-                    return Err(
-                        "CumSum with reverse = 1 on a computed tensor is not supported".into()
-                    );
-                }
                 let exclusive = a.int("exclusive", 0) != 0;
+                if a.int("reverse", 0) != 0 {
+                    return self
+                        .cumsum_reverse(x, ax, exclusive, name)
+                        .map(|id| Some(Val::Node(id)));
+                }
                 self.b.op(Op::CumSum { axis: ax, exclusive }, &[x], name)
             }
             _ => return self.bin(cmp.expect("a binary op"), next()?, next()?, name).map(Some),
@@ -1241,6 +1424,16 @@ impl Importer<'_> {
                 }
                 Val::Known { .. } => Err("Gather indices must be integers".into()),
             };
+        }
+        if let Val::Node(i) = idx {
+            // A known table (a position buffer) read by computed indices: built, then gathered.
+            let d = self.tensor_of(data, DType::I64, &format!("{name}.table"))?;
+            let ax = axis(a.int("axis", 0), self.shape(d).len())?;
+            return self
+                .b
+                .op(Op::Gather { axis: ax }, &[d, i], name)
+                .map(Val::Node)
+                .map_err(|e| e.msg);
         }
         let Val::Known { shape, ints, float: false, .. } = data else {
             return Err("Gather of a constant float tensor is not supported".into());
@@ -1302,13 +1495,13 @@ impl Importer<'_> {
         self.b.reshape(cat, to, name).map_err(|e| e.msg)
     }
 
-    /// GatherND with `batch_dims` 0: the index tuples (the last axis of the indices, `k` long)
-    /// linearised over the first `k` axes of `data`, then a gather along axis 0 of `data`
-    /// viewed as `[prod(data[..k]), data[k..]..]`.
+    /// GatherND: the index tuples (the last axis of the indices, `k` long) linearised over
+    /// axes `b .. b + k` of `data` after its `b = batch_dims` leading axes, each batch element's
+    /// coordinates added as their own terms, then a gather along axis 0 of `data` viewed as
+    /// `[prod(data[..b + k]), data[b + k..]..]`.
     fn gather_nd(&mut self, n: &NodeProto, a: &Attrs, name: &str) -> R<Val> {
-        if a.int("batch_dims", 0) != 0 {
-            return Err("GatherND with batch_dims > 0 is not supported".into());
-        }
+        let b = usize::try_from(a.int("batch_dims", 0))
+            .map_err(|_| "GatherND with a negative batch_dims".to_string())?;
         let data = self.node_of(&need(n, 0)?)?;
         let s = self.shape(data);
         let idx = self.val(&need(n, 1)?)?;
@@ -1326,22 +1519,48 @@ impl Importer<'_> {
                 (is, *shape.last().ok_or("GatherND indices of rank 0")?)
             }
         };
-        if k == 0 || k > s.len() {
-            return Err(format!("GatherND index tuples of length {k} on data of rank {}", s.len()));
+        if k == 0 || b + k > s.len() || ishape.len() < b + 1 || ishape[..b] != s[..b] {
+            return Err(format!(
+                "GatherND index tuples of length {k} with batch_dims {b} on data {} by indices {}",
+                shape_str(&s),
+                shape_str(&ishape)
+            ));
         }
-        // Row-major strides of the first k axes.
-        let mut strides = vec![DimExpr::constant(1); k];
-        for j in (0..k - 1).rev() {
+        // Row-major strides of the first b + k axes.
+        let used = b + k;
+        let mut strides = vec![DimExpr::constant(1); used];
+        for j in (0..used - 1).rev() {
             strides[j] = strides[j + 1].mul(&s[j + 1]);
         }
-        let mut flat_shape = vec![s[..k].iter().fold(DimExpr::constant(1), |acc, d| acc.mul(d))];
-        flat_shape.extend(s[k..].iter().cloned());
+        let mut flat_shape = vec![s[..used].iter().fold(DimExpr::constant(1), |acc, d| acc.mul(d))];
+        flat_shape.extend(s[used..].iter().cloned());
         let flat = self.b.reshape(data, flat_shape, &format!("{name}.flat")).map_err(|e| e.msg)?;
         let outer: Vec<DimExpr> = ishape[..ishape.len() - 1].to_vec();
         match idx {
             Val::Node(i) => {
+                let dt = self.b.node(i).dtype;
                 let mut lin: Option<NodeId> = None;
-                for (j, st) in strides.iter().enumerate() {
+                // Batch element coordinates: an iota along each batch axis of the indices.
+                for j in 0..b {
+                    let iota = self.iota(&s[j], dt, &format!("{name}.b{j}"))?;
+                    let mut at = vec![DimExpr::constant(1); outer.len()];
+                    at[j] = s[j].clone();
+                    let coord =
+                        self.b.reshape(iota, at, &format!("{name}.bc{j}")).map_err(|e| e.msg)?;
+                    let c = self.dim_node(&strides[j], dt, &format!("{name}.bst{j}"))?;
+                    let term = self
+                        .b
+                        .binary(BinaryOp::Mul, coord, c, &format!("{name}.bt{j}"))
+                        .map_err(|e| e.msg)?;
+                    lin = Some(match lin {
+                        None => term,
+                        Some(l) => self
+                            .b
+                            .binary(BinaryOp::Add, l, term, &format!("{name}.bs{j}"))
+                            .map_err(|e| e.msg)?,
+                    });
+                }
+                for (j, st) in strides[b..].iter().enumerate() {
                     let op = Op::Slice {
                         axis: ishape.len() - 1,
                         start: DimExpr::constant(j as i64),
@@ -1359,8 +1578,7 @@ impl Importer<'_> {
                         .b
                         .binary(BinaryOp::Lt, col, zero, &format!("{name}.n{j}"))
                         .map_err(|e| e.msg)?;
-                    let e = s[j].as_const().ok_or("GatherND over dynamic axes")?;
-                    let ext = self.b.constant(e as f64, dt);
+                    let ext = self.dim_node(&s[b + j], dt, &format!("{name}.e{j}"))?;
                     let up = self
                         .b
                         .binary(BinaryOp::Add, col, ext, &format!("{name}.u{j}"))
@@ -1369,8 +1587,7 @@ impl Importer<'_> {
                         .b
                         .op(Op::Where, &[neg, up, col], &format!("{name}.w{j}"))
                         .map_err(|e| e.msg)?;
-                    let st = st.as_const().ok_or("GatherND over dynamic axes")?;
-                    let c = self.b.constant(st as f64, dt);
+                    let c = self.dim_node(st, dt, &format!("{name}.st{j}"))?;
                     let term = self
                         .b
                         .binary(BinaryOp::Mul, col, c, &format!("{name}.t{j}"))
@@ -1388,6 +1605,9 @@ impl Importer<'_> {
                     .op(Op::Gather { axis: 0 }, &[flat, lin], name)
                     .map(Val::Node)
                     .map_err(|e| e.msg)
+            }
+            Val::Known { .. } if b > 0 => {
+                Err("GatherND with batch_dims > 0 by constant indices is not supported".into())
             }
             Val::Known { shape, ints, .. } => {
                 let mut picked = Vec::new();
@@ -1407,11 +1627,12 @@ impl Importer<'_> {
         }
     }
 
-    /// Slice with constant starts, ends, axes and unit steps.
+    /// Slice with unit steps, constant axes, and starts and ends that are constants or dims
+    /// (`position_ids[:, :S]`: a dynamic end is checked against the axis when a call binds it).
     fn slice(&mut self, n: &NodeProto, name: &str) -> R<Val> {
-        let starts = self.const_ints(n.input.get(1).ok_or("starts are missing")?)?;
-        let ends = self.const_ints(n.input.get(2).ok_or("ends are missing")?)?;
-        let x = self.val(&n.input[0])?;
+        let starts = self.ints_of(n.input.get(1).ok_or("starts are missing")?)?;
+        let ends = self.ints_of(n.input.get(2).ok_or("ends are missing")?)?;
+        let mut x = self.val(&n.input[0])?;
         let rank = match &x {
             Val::Node(id) => self.shape(*id).len(),
             Val::Known { shape, .. } => shape.len(),
@@ -1422,23 +1643,42 @@ impl Importer<'_> {
             }
             None => (0..starts.len()).collect(),
         };
-        if let Some(st) = n.input.get(4).filter(|s| !s.is_empty()) {
-            if self.const_ints(&st.clone())?.iter().any(|s| *s != 1) {
-                return Err("Slice with steps other than 1 is not supported".into());
+        let steps: Vec<i64> = match n.input.get(4).filter(|s| !s.is_empty()) {
+            Some(st) => self.const_ints(&st.clone())?,
+            None => vec![1; axes.len()],
+        };
+        if steps.len() != axes.len() || starts.len() != axes.len() || ends.len() != axes.len() {
+            return Err("Slice's starts, ends, axes and steps differ in length".into());
+        }
+        if steps.contains(&0) {
+            return Err("Slice with a step of 0".into());
+        }
+        let constant = starts.iter().chain(&ends).all(|d| d.as_const().is_some());
+        if let Val::Known { shape, ints, float: false, .. } = &x {
+            if shape.len() == 1 && constant {
+                let c = |v: &DimExpr| v.as_const().expect("constant bounds");
+                let picked = stepped(c(&starts[0]), c(&ends[0]), steps[0], shape[0] as i64);
+                let ints: Vec<DimExpr> = picked.iter().map(|i| ints[*i as usize].clone()).collect();
+                return Ok(Val::Known {
+                    shape: vec![ints.len()],
+                    ints,
+                    floats: vec![],
+                    float: false,
+                });
             }
         }
+        if matches!(x, Val::Known { float: false, .. }) {
+            // A known table sliced to a dynamic length: built as a tensor, then sliced.
+            x = Val::Node(self.tensor_of(x, DType::I64, &format!("{name}.table"))?);
+        }
         match x {
-            Val::Known { shape, ints, float: false, .. } if shape.len() == 1 => {
-                let len = shape[0] as i64;
-                let c = |v: i64| (if v < 0 { v + len } else { v }).clamp(0, len) as usize;
-                let (s, e) = (c(starts[0]), c(ends[0]));
-                let ints: Vec<DimExpr> = ints[s..e.max(s)].to_vec();
-                Ok(Val::Known { shape: vec![ints.len()], ints, floats: vec![], float: false })
-            }
             Val::Node(mut id) => {
                 for (k, ax) in axes.iter().enumerate() {
                     let dim = self.shape(id)[*ax].clone();
-                    let bound = |v: i64| -> R<DimExpr> {
+                    let bound = |v: &DimExpr| -> R<DimExpr> {
+                        let Some(v) = v.as_const() else {
+                            return Ok(v.clone()); // a dim: within the axis, checked at bind
+                        };
                         if v >= 0 {
                             match dim.as_const() {
                                 Some(d) => Ok(DimExpr::constant(v.min(d))),
@@ -1449,9 +1689,24 @@ impl Importer<'_> {
                             Ok(dim.add(&DimExpr::constant(v)))
                         }
                     };
-                    let (s, e) = (bound(starts[k])?, bound(ends[k])?);
                     let nm =
                         if k + 1 == axes.len() { name.to_string() } else { format!("{name}.{ax}") };
+                    if steps[k] != 1 {
+                        // Every step-th element (backwards for a negative step): the elements
+                        // by index, on an axis of known extent.
+                        let (Some(d), Some(s), Some(e)) =
+                            (dim.as_const(), starts[k].as_const(), ends[k].as_const())
+                        else {
+                            return Err(format!(
+                                "Slice with step {} of the dynamic axis {ax} ({dim})",
+                                steps[k]
+                            ));
+                        };
+                        let picked = stepped(s, e, steps[k], d);
+                        id = self.gather_known(id, *ax, &[picked.len()], &picked, &nm)?;
+                        continue;
+                    }
+                    let (s, e) = (bound(&starts[k])?, bound(&ends[k])?);
                     id = self
                         .b
                         .op(Op::Slice { axis: *ax, start: s, end: e }, &[id], &nm)
@@ -1459,9 +1714,24 @@ impl Importer<'_> {
                 }
                 Ok(Val::Node(id))
             }
-            _ => Err("Slice of a constant tensor of rank > 1".into()),
+            _ => Err("Slice of a float constant".into()),
         }
     }
+}
+
+/// The indices ONNX's Slice takes from an axis of extent `dim`: from `start` towards `end`
+/// (exclusive) by `step`, negative bounds counting from the end, clamped as the operator says
+/// (to `[0, dim]` going forwards, `[-1, dim - 1]` going backwards).
+fn stepped(start: i64, end: i64, step: i64, dim: i64) -> Vec<i64> {
+    let adj = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
+    let (lo, hi) = if step > 0 { (0, dim) } else { (-1, dim - 1) };
+    let (mut i, e) = (adj(start).clamp(lo, hi), adj(end).clamp(lo, hi));
+    let mut out = Vec::new();
+    while (step > 0 && i < e) || (step < 0 && i > e) {
+        out.push(i);
+        i += step;
+    }
+    out
 }
 
 /// Binary arithmetic on two known values (shape arithmetic), elementwise with numpy
@@ -1599,4 +1869,27 @@ fn unary_op(op: &str) -> Option<UnaryOp> {
         "Cos" => UnaryOp::Cos,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{flatten_axis, stepped};
+
+    #[test]
+    fn slice_steps_clamp_as_onnx_says() {
+        assert_eq!(stepped(0, 8, 2, 8), [0, 2, 4, 6]);
+        assert_eq!(stepped(1, i64::MAX, 2, 8), [1, 3, 5, 7]);
+        // Backwards from the end to the start, the sentinels of "everything".
+        assert_eq!(stepped(-1, i64::MIN, -1, 4), [3, 2, 1, 0]);
+        assert_eq!(stepped(20, 0, -3, 8), [7, 4, 1]);
+        assert!(stepped(5, 2, 1, 8).is_empty());
+    }
+
+    #[test]
+    fn flatten_axes_count_negative_ones_from_the_rank() {
+        assert_eq!(flatten_axis(-1, 4), Ok(3));
+        assert_eq!(flatten_axis(-4, 4), Ok(0));
+        assert_eq!(flatten_axis(4, 4), Ok(4));
+        assert!(flatten_axis(5, 4).is_err() && flatten_axis(-5, 4).is_err());
+    }
 }

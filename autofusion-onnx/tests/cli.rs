@@ -192,6 +192,43 @@ fn a_model_with_int64_ids_fuses_and_runs_in_onnxruntime() {
     python(CHECK, &[&input, &output]);
 }
 
+/// Runs a fused whole-model fixture (`export_torch.py`'s `*_model_*`) in onnxruntime on the
+/// fixture's inputs and compares with what torch computed (1e-4).
+const TORCH_CHECK: &str = r#"
+import json, sys, numpy as np, onnxruntime as ort
+fused, base = sys.argv[1], sys.argv[2]
+meta = json.load(open(base + ".json"))
+feeds = {n: np.fromfile(f"{base}.in{i}.bin", dtype="<i8").reshape(s)
+         for i, (n, s, _) in enumerate(meta["inputs"])}
+got = ort.InferenceSession(fused, providers=["CPUExecutionProvider"]).run(None, feeds)
+for k, ((n, s), g) in enumerate(zip(meta["outputs"], got)):
+    want = np.fromfile(f"{base}.out{k}.bin", dtype="<f4").reshape(s)
+    err = float(np.abs(g - want).max())
+    print(f"{n}: max abs diff from torch {err}")
+    assert err <= 1e-4, (n, err)
+"#;
+
+/// Hugging Face's BertModel and LlamaForCausalLM exported whole by both torch.onnx exporters
+/// (int64 token ids, attention mask, token types; batch and length dynamic): every node
+/// imported, most of them fused, and the fused model runs in onnxruntime with torch's outputs
+/// and the original model's.
+#[test]
+fn hugging_face_model_exports_fuse_and_run_in_onnxruntime_with_torchs_outputs() {
+    for name in ["bert_model_ts", "bert_model_dy", "llama_model_ts", "llama_model_dy"] {
+        let input = fixture(&format!("{name}.onnx"));
+        let output = tmp(&format!("{name}_fused.onnx"));
+        let (code, out, err) =
+            run(&["--input", input.to_str().unwrap(), "--output", output.to_str().unwrap()]);
+        assert_eq!(code, 0, "{name}:\n{out}\n{err}");
+        assert!(!out.contains("[WARN] Left as it is"), "{name}: an op was not imported:\n{out}");
+        assert!(out.matches("[INFO] Fused_").count() >= 15, "{name}:\n{out}");
+        python(CHECK, &[&input, &output]);
+        if let Some(o) = python(TORCH_CHECK, &[&output, &fixture(name)]) {
+            eprintln!("{name}: {o}");
+        }
+    }
+}
+
 #[test]
 fn bad_input_is_one_error_line_and_a_nonzero_exit() {
     let input = fixture("seed_d32.onnx");

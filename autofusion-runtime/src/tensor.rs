@@ -318,7 +318,8 @@ impl Tensor {
             }
             if x.is_finite() || y.is_finite() {
                 m = m.max((x - y).abs());
-            } else if x != y {
+            } else if x != y && !x.is_nan() {
+                // Infinities of different signs (two NaNs agree).
                 return Ok(f32::INFINITY);
             }
         }
@@ -335,7 +336,10 @@ impl Tensor {
             return Ok(a.iter().zip(&b).all(|(x, y)| close(*x, *y)));
         }
         let (a, b) = (self.to_f32_vec(), reference.to_f32_vec());
-        Ok(a.iter().zip(&b).all(|(x, y)| (x == y) || (x - y).abs() <= atol + rtol * y.abs()))
+        let close = |x: f32, y: f32| {
+            x == y || (x.is_nan() && y.is_nan()) || (x - y).abs() <= atol + rtol * y.abs()
+        };
+        Ok(a.iter().zip(&b).all(|(x, y)| close(*x, *y)))
     }
 }
 

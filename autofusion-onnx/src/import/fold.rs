@@ -6,7 +6,7 @@
 
 use super::{Val, R};
 use autofusion_compiler::dim::DimExpr;
-use autofusion_compiler::ir::ReduceKind;
+use autofusion_compiler::ir::{ReduceKind, UnaryOp};
 
 /// The elements of a known value as one list: symbolic or constant integers, or floats.
 #[derive(Clone, Debug)]
@@ -403,6 +403,20 @@ pub(super) fn reduce(kind: ReduceKind, x: &Val, axes: &[usize], keepdims: bool) 
         out_keep
     } else {
         shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| *d).collect()
+    };
+    Ok(make(shape, e))
+}
+
+/// A unary function of a known value: negation of integers (symbolic ones too), any of the
+/// table's functions of floats.
+pub(super) fn unary(u: UnaryOp, x: &Val) -> R<Val> {
+    let (shape, e) = known(x).unwrap();
+    let e = match e {
+        Elems::Ints(v) if u == UnaryOp::Neg => {
+            Elems::Ints(v.iter().map(|d| DimExpr::constant(0).sub(d)).collect())
+        }
+        Elems::Ints(_) => return Err(format!("`{}` of a constant integer tensor", u.name())),
+        Elems::Floats(v) => Elems::Floats(v.iter().map(|f| u.eval(*f)).collect()),
     };
     Ok(make(shape, e))
 }
