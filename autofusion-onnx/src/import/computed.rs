@@ -124,17 +124,20 @@ impl Importer<'_> {
         let m = shape.last().copied().unwrap_or(1).max(1);
         let (start, step) = match vals.as_slice() {
             [] => return Err("an empty constant where a tensor is computed".into()),
-            [a] => (*a, 0),
-            [a, b, ..] if m > 1 => (*a, b - a),
-            [a, ..] => (*a, 0),
+            [a] => (*a, Some(0)),
+            [a, b, ..] if m > 1 => (*a, b.checked_sub(*a)),
+            [a, ..] => (*a, Some(0)),
         };
-        let progression = vals.iter().enumerate().all(|(i, v)| *v == start + step * (i % m) as i64);
-        if !progression {
+        // Checked: a file's values may be anything (i64::MIN sentinels).
+        let at = |i: usize| step?.checked_mul((i % m) as i64)?.checked_add(start);
+        let progression = vals.iter().enumerate().all(|(i, v)| at(i) == Some(*v));
+        let step = step.filter(|_| progression);
+        let Some(step) = step else {
             return Err(format!(
                 "a constant integer tensor of shape {shape:?} where a tensor is computed: only \
                  fills and progressions along the last axis (arange) are built at run time"
             ));
-        }
+        };
         // Progressions are computed in i64 and cast (bool masks are fills).
         let dt = if like == DType::Bool && step == 0 {
             DType::Bool
