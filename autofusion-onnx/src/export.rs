@@ -101,22 +101,9 @@ fn close_over_paths(nodes: &[NodeProto], out: &mut [(Vec<usize>, BTreeSet<usize>
             pred[i].push(*p);
         }
     }
-    let reach = |from: &BTreeSet<usize>, next: &[Vec<usize>]| -> Vec<bool> {
-        let mut seen = vec![false; next.len()];
-        let mut stack: Vec<usize> = from.iter().copied().collect();
-        while let Some(i) = stack.pop() {
-            for &j in &next[i] {
-                if !seen[j] {
-                    seen[j] = true;
-                    stack.push(j);
-                }
-            }
-        }
-        seen
-    };
     let mut owned: BTreeSet<usize> = out.iter().flat_map(|c| c.1.iter().copied()).collect();
     for c in out.iter_mut() {
-        let (after, before) = (reach(&c.1, &succ), reach(&c.1, &pred));
+        let (after, before) = (reachable(&c.1, &succ), reachable(&c.1, &pred));
         for i in 0..nodes.len() {
             if after[i] && before[i] && owned.insert(i) {
                 c.1.insert(i);
@@ -125,19 +112,23 @@ fn close_over_paths(nodes: &[NodeProto], out: &mut [(Vec<usize>, BTreeSet<usize>
     }
 }
 
-/// Whether node `at` depends on itself through `deps`.
-fn on_a_cycle(deps: &[BTreeSet<usize>], at: usize) -> bool {
-    let mut seen = vec![false; deps.len()];
-    let mut stack: Vec<usize> = deps[at].iter().copied().collect();
+/// Which nodes can be reached from `from` through one or more `next` edges.
+fn reachable<'a>(from: impl IntoIterator<Item = &'a usize>, next: &[Vec<usize>]) -> Vec<bool> {
+    let mut seen = vec![false; next.len()];
+    let mut stack: Vec<usize> = from.into_iter().copied().collect();
     while let Some(i) = stack.pop() {
-        if i == at {
-            return true;
-        }
-        if !std::mem::replace(&mut seen[i], true) {
-            stack.extend(deps[i].iter().copied());
+        for &j in &next[i] {
+            if !std::mem::replace(&mut seen[j], true) {
+                stack.push(j);
+            }
         }
     }
-    false
+    seen
+}
+
+/// Whether node `at` depends on itself through `deps`.
+fn on_a_cycle(deps: &[Vec<usize>], at: usize) -> bool {
+    reachable([&at], deps)[at]
 }
 
 fn string_attr(name: &str, v: &str) -> AttributeProto {
@@ -150,7 +141,7 @@ fn string_attr(name: &str, v: &str) -> AttributeProto {
 }
 
 /// The dependencies of each of `nodes` (the nodes producing its inputs).
-fn dependencies(nodes: &[NodeProto], graph_inputs: &BTreeSet<String>) -> Vec<BTreeSet<usize>> {
+fn dependencies(nodes: &[NodeProto], graph_inputs: &BTreeSet<String>) -> Vec<Vec<usize>> {
     let producer: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
@@ -170,7 +161,7 @@ fn dependencies(nodes: &[NodeProto], graph_inputs: &BTreeSet<String>) -> Vec<BTr
 
 /// Kahn's order of `nodes` by their tensors (stable: the lowest original position first);
 /// `None` when they form a cycle.
-fn topo_order(deps: &[BTreeSet<usize>]) -> Option<Vec<usize>> {
+fn topo_order(deps: &[Vec<usize>]) -> Option<Vec<usize>> {
     let mut done = vec![false; deps.len()];
     let mut order = Vec::new();
     while order.len() < deps.len() {

@@ -137,6 +137,7 @@ fn import_with(model: &Model, name: &str, partial: bool) -> Result<Imported, Onn
         weights: Vec::new(),
         n_params: 0,
         opset,
+        dim_values: HashMap::new(),
     };
     for input in &graph.input {
         if im.inits.contains_key(&input.name) {
@@ -306,6 +307,8 @@ struct Importer<'m> {
     weights: Vec<(usize, String)>,
     n_params: usize,
     opset: i64,
+    /// The run-time values of dynamic dims built so far (`dim_node`), built once each.
+    dim_values: HashMap<(DimExpr, DType), NodeId>,
 }
 
 /// Attributes of one node, by name.
@@ -604,30 +607,30 @@ impl Importer<'_> {
                 self.b.binary(op, a, b, name).map(Val::Node).map_err(|e| e.msg)
             }
             (Val::Node(a), k @ Val::Known { .. }) => {
-                let c = self.operand(k, a, name)?;
+                let c = self.operand(k, self.b.node(a).dtype, self.shape(a).len(), name)?;
                 self.b.binary(op, a, c, name).map(Val::Node).map_err(|e| e.msg)
             }
             (k @ Val::Known { .. }, Val::Node(b)) => {
-                let c = self.operand(k, b, name)?;
+                let c = self.operand(k, self.b.node(b).dtype, self.shape(b).len(), name)?;
                 self.b.binary(op, c, b, name).map(Val::Node).map_err(|e| e.msg)
             }
             (a, b) => fold_binary(op, &a, &b),
         }
     }
 
-    /// A known value as the operand of an op with the computed tensor `other`: a scalar
-    /// constant when it is one element that broadcasts without raising `other`'s rank, else
-    /// the tensor it stands for (`tensor_of`), of `other`'s type.
-    fn operand(&mut self, k: Val, other: NodeId, name: &str) -> R<NodeId> {
-        let like = self.b.node(other).dtype;
-        match &k {
+    /// A value as the operand of an elementwise op whose computed operands have rank up to
+    /// `rank`: a computed one as it is; a known one as a scalar constant when it is one element
+    /// that broadcasts without raising that rank, else as the tensor it stands for
+    /// (`tensor_of`), of type `like`.
+    fn operand(&mut self, v: Val, like: DType, rank: usize, name: &str) -> R<NodeId> {
+        match &v {
+            Val::Node(id) => Ok(*id),
             Val::Known { shape, .. }
-                if shape.iter().product::<usize>() == 1
-                    && shape.len() <= self.shape(other).len() =>
+                if shape.iter().product::<usize>() == 1 && shape.len() <= rank =>
             {
-                self.scalar(&k, like)
+                self.scalar(&v, like)
             }
-            _ => self.tensor_of(k, like, &format!("{name}.const")),
+            _ => self.tensor_of(v, like, &format!("{name}.const")),
         }
     }
 
@@ -771,7 +774,35 @@ impl Importer<'_> {
         if matches!(op, "Squeeze" | "Unsqueeze") {
             return self.squeeze(n, a, name).map(Some);
         }
-        let x = match self.val(&need(n, 0)?)? {
+        let xv = self.val(&need(n, 0)?)?;
+        let s: Shape = match &xv {
+            Val::Node(id) => self.shape(*id),
+            Val::Known { shape, .. } => {
+                shape.iter().map(|d| DimExpr::constant(*d as i64)).collect()
+            }
+        };
+        if matches!(op, "Shape" | "Size") {
+            // Of a computed or a known value alike: known.
+            if op == "Size" {
+                return Ok(Some(Val::Known {
+                    shape: vec![],
+                    ints: vec![numel(&s)],
+                    floats: vec![],
+                    float: false,
+                }));
+            }
+            let r = s.len() as i64;
+            let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+            let (st, en) = (clamp(a.int("start", 0)), clamp(a.int("end", r)));
+            let ints: Vec<DimExpr> = s[st..en.max(st)].to_vec();
+            return Ok(Some(Val::Known {
+                shape: vec![ints.len()],
+                ints,
+                floats: vec![],
+                float: false,
+            }));
+        }
+        let x = match xv {
             Val::Node(id) => id,
             k => match self.known_layout(n, a, k.clone())? {
                 Some(v) => return Ok(Some(v)),
@@ -779,7 +810,6 @@ impl Importer<'_> {
                 None => self.tensor_of(k, DType::I64, &format!("{name}.const"))?,
             },
         };
-        let s = self.shape(x);
         Ok(Some(match op {
             "Transpose" => {
                 let r = s.len();
@@ -794,40 +824,21 @@ impl Importer<'_> {
                 let to = reshape_target(&s, &spec, a.int("allowzero", 0) != 0)?;
                 Val::Node(self.b.reshape(x, to, name).map_err(|e| e.msg)?)
             }
-            "Flatten" => {
+            _ => {
+                // Flatten, the one left.
                 let ax = flatten_axis(a.int("axis", 1), s.len())?;
                 let to = vec![numel(&s[..ax]), numel(&s[ax..])];
                 Val::Node(self.b.reshape(x, to, name).map_err(|e| e.msg)?)
             }
-            "Shape" => {
-                let r = s.len() as i64;
-                let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
-                let (st, en) = (clamp(a.int("start", 0)), clamp(a.int("end", r)));
-                let ints: Vec<DimExpr> = s[st..en.max(st)].to_vec();
-                Val::Known { shape: vec![ints.len()], ints, floats: vec![], float: false }
-            }
-            _ => Val::Known { shape: vec![], ints: vec![numel(&s)], floats: vec![], float: false },
         }))
     }
 
-    /// Shape, Size, and Reshape / Flatten to a constant shape, of a known value: folded (its
-    /// elements keep their order). `None` for what must be computed.
+    /// Reshape / Flatten of a known value to a constant shape: folded (its elements keep their
+    /// order). `None` for what must be computed.
     fn known_layout(&mut self, n: &NodeProto, a: &Attrs, k: Val) -> R<Option<Val>> {
         let Val::Known { shape, ints, floats, float } = k else { return Ok(None) };
         let dims: Shape = shape.iter().map(|d| DimExpr::constant(*d as i64)).collect();
         let to = match n.op_type.as_str() {
-            "Shape" | "Size" => {
-                let r = shape.len() as i64;
-                let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
-                let (st, en) = (clamp(a.int("start", 0)), clamp(a.int("end", r)));
-                let ints: Vec<DimExpr> = if n.op_type == "Size" {
-                    vec![numel(&dims)]
-                } else {
-                    dims[st..en.max(st)].to_vec()
-                };
-                let shape = if n.op_type == "Size" { vec![] } else { vec![ints.len()] };
-                return Ok(Some(Val::Known { shape, ints, floats: vec![], float: false }));
-            }
             "Reshape" => {
                 reshape_target(&dims, &self.ints_of(&need(n, 1)?)?, a.int("allowzero", 0) != 0)?
             }
@@ -906,9 +917,7 @@ impl Importer<'_> {
                         float: true,
                     });
                     let nm = Self::name(n);
-                    let c = self.tensor_of(fill, dtype, &format!("{nm}.value"))?;
-                    let c =
-                        self.b.reshape(c, vec![], &format!("{nm}.scalar")).map_err(|e| e.msg)?;
+                    let c = self.scalar(&fill, dtype)?;
                     Val::Node(self.b.op(Op::Expand { shape }, &[c], &nm).map_err(|e| e.msg)?)
                 }
             }
@@ -1337,16 +1346,18 @@ impl Importer<'_> {
         if !vals.iter().any(|v| matches!(v, Val::Node(_))) {
             return Ok(None); // folded
         }
+        let rank = vals
+            .iter()
+            .filter_map(|v| match v {
+                Val::Node(id) => Some(self.shape(*id).len()),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
         let mut vals = vals.into_iter();
         let mut next = || vals.next().ok_or_else(|| format!("`{op}` is missing an input"));
         let node = |me: &mut Self, v: Val, like: DType| -> R<NodeId> {
-            let id = match v {
-                Val::Node(id) => id,
-                Val::Known { ref shape, .. } if shape.iter().product::<usize>() == 1 => {
-                    me.scalar(&v, like)?
-                }
-                k => me.tensor_of(k, like, &format!("{name}.const"))?,
-            };
+            let id = me.operand(v, like, rank, name)?;
             // A known mask built as integers (known values keep no type) where ONNX has a bool.
             if like == DType::Bool && me.b.node(id).dtype == DType::I64 {
                 return me.b.cast(id, DType::Bool, &format!("{name}.bool")).map_err(|e| e.msg);
@@ -1627,8 +1638,9 @@ impl Importer<'_> {
         }
     }
 
-    /// Slice with unit steps, constant axes, and starts and ends that are constants or dims
-    /// (`position_ids[:, :S]`: a dynamic end is checked against the axis when a call binds it).
+    /// Slice with constant axes and steps, and starts and ends that are constants or dims
+    /// (`position_ids[:, :S]`: a dynamic end is checked against the axis when a call binds it);
+    /// a step other than 1 takes the elements by index, on an axis of known extent.
     fn slice(&mut self, n: &NodeProto, name: &str) -> R<Val> {
         let starts = self.ints_of(n.input.get(1).ok_or("starts are missing")?)?;
         let ends = self.ints_of(n.input.get(2).ok_or("ends are missing")?)?;
@@ -1826,9 +1838,8 @@ fn remaining(input: &Shape, known: &Shape) -> Option<DimExpr> {
 const SUPPORTED: &str = "MatMul, Gemm, Add, Sub, Mul, Div, Pow, Max, Min, Neg, Exp, Log, Sqrt, \
     Reciprocal, Tanh, Sigmoid, Relu, Erf, Sin, Cos, Gelu, Softmax, LayerNormalization, \
     ReduceMean/Sum/Max, Cast, Identity, Dropout, Transpose, Reshape, Flatten, Squeeze, \
-    Unsqueeze, Concat, Slice, Split, Gather, GatherND (batch_dims 0), Equal, Less(OrEqual), \
-    Greater(OrEqual), Not, And, Or, Xor, Where, CumSum (not reverse), Expand, and on shapes \
-    and constants Shape, Size, Constant, ConstantOfShape, Range";
+    Unsqueeze, Concat, Slice, Split, Gather, GatherND, Equal, Less(OrEqual), Greater(OrEqual), \
+    Not, And, Or, Xor, Where, CumSum, Expand, Shape, Size, Constant, ConstantOfShape, Range";
 
 /// Input `i` of node `n`, when it is given (ONNX leaves optional inputs empty).
 fn input(n: &NodeProto, i: usize) -> Option<String> {

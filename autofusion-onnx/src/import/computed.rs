@@ -10,35 +10,35 @@ use autofusion_compiler::dim::DimExpr;
 use autofusion_compiler::ir::{BinaryOp, DType, NodeId, Op};
 
 impl Importer<'_> {
-    /// `0, 1, .., len - 1` as a `[len]` tensor of `dtype` (an integer or float type).
-    pub(super) fn iota(&mut self, len: &DimExpr, dtype: DType, name: &str) -> R<NodeId> {
+    /// The running sum of `len` ones of `dtype` along a `[len]` tensor: `0, 1, .., len - 1`
+    /// when `exclusive`, `1, 2, .., len` when not.
+    fn count(&mut self, len: &DimExpr, dtype: DType, exclusive: bool, name: &str) -> R<NodeId> {
         let e = |e: autofusion_compiler::BuildError| e.msg;
         let one = self.b.constant(1.0, dtype);
         let ones = self
             .b
             .op(Op::Expand { shape: vec![len.clone()] }, &[one], &format!("{name}.ones"))
             .map_err(e)?;
-        self.b
-            .op(Op::CumSum { axis: 0, exclusive: true }, &[ones], &format!("{name}.iota"))
-            .map_err(e)
+        self.b.op(Op::CumSum { axis: 0, exclusive }, &[ones], &format!("{name}.count")).map_err(e)
+    }
+
+    /// `0, 1, .., len - 1` as a `[len]` tensor of `dtype` (an integer or float type).
+    pub(super) fn iota(&mut self, len: &DimExpr, dtype: DType, name: &str) -> R<NodeId> {
+        self.count(len, dtype, true, name)
     }
 
     /// The value of dim `d` as a scalar of `dtype`: a constant when `d` is, else computed at
-    /// run time as the last element of `1, 2, .., d` (for strides and extents of dynamic axes).
+    /// run time as the last element of `1, 2, .., d` (for strides and extents of dynamic axes),
+    /// once per dim and type.
     pub(super) fn dim_node(&mut self, d: &DimExpr, dtype: DType, name: &str) -> R<NodeId> {
         if let Some(v) = d.as_const() {
             return Ok(self.b.constant(v as f64, dtype));
         }
+        if let Some(id) = self.dim_values.get(&(d.clone(), dtype)) {
+            return Ok(*id);
+        }
         let e = |e: autofusion_compiler::BuildError| e.msg;
-        let one = self.b.constant(1.0, dtype);
-        let ones = self
-            .b
-            .op(Op::Expand { shape: vec![d.clone()] }, &[one], &format!("{name}.ones"))
-            .map_err(e)?;
-        let count = self
-            .b
-            .op(Op::CumSum { axis: 0, exclusive: false }, &[ones], &format!("{name}.count"))
-            .map_err(e)?;
+        let count = self.count(d, dtype, false, name)?;
         let last = d.sub(&DimExpr::constant(1));
         let v = self
             .b
@@ -48,7 +48,9 @@ impl Importer<'_> {
                 &format!("{name}.last"),
             )
             .map_err(e)?;
-        self.b.reshape(v, vec![], name).map_err(e)
+        let id = self.b.reshape(v, vec![], name).map_err(e)?;
+        self.dim_values.insert((d.clone(), dtype), id);
+        Ok(id)
     }
 
     /// ONNX `Range(start, limit, delta)` whose length depends on a dynamic dim: `start + delta *
