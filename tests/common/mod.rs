@@ -94,6 +94,34 @@ pub fn layer_graphs() -> Vec<(String, syn::ItemFn, autofusion_compiler::front::O
     out
 }
 
+/// Call `f` on every layer graph (`layer_graphs`), on as many threads as the machine has:
+/// the tests that compile every plan of every graph are bound by the C compiler, one graph
+/// at a time. Each thread parses the graphs itself (syn's items are not `Send`); a panic in
+/// any call fails the caller once every thread has stopped.
+pub fn each_layer_graph_in_parallel(
+    f: impl Fn(String, syn::ItemFn, autofusion_compiler::front::Options) + Sync,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let count = layer_graphs().len();
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(count);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                let mut graphs: Vec<_> = layer_graphs().into_iter().map(Some).collect();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((name, item, options)) = graphs.get_mut(i).and_then(Option::take)
+                    else {
+                        break;
+                    };
+                    f(name, item, options);
+                }
+            });
+        }
+    });
+}
+
 /// The host profile the build calibrated for this package (benchmarks plan with it), or the
 /// default host figures with a note when there is none yet. The build script caches it under
 /// the target dir, wherever that is (`CARGO_TARGET_DIR`, `--target-dir`): found from this

@@ -93,7 +93,15 @@ pub fn write_headers(root: &Path) -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        std::fs::write(&path, text)?;
+        // Written aside and renamed into place: a compiler another thread or process runs
+        // on the same directory never reads a half-written header.
+        let aside = path.with_extension(format!(
+            "tmp{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::write(&aside, text)?;
+        std::fs::rename(&aside, &path)?;
     }
     Ok(())
 }
