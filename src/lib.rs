@@ -40,6 +40,12 @@ pub use autofusion_runtime::{tolerance, DType, Device, Error, Module, Result, Te
 /// `packs::bytes_packed_from`).
 pub use autofusion_runtime::packs;
 
+/// The number of threads the host kernels run on (`AUTOFUSION_THREADS`, else the CPUs this
+/// process may use), for reports.
+pub fn threads() -> usize {
+    autofusion_runtime::pool::pool().threads()
+}
+
 /// Everything a layer file needs.
 pub mod prelude {
     pub use crate::{fused_graph, DType, Device, Error, Result, Tensor};

@@ -72,6 +72,16 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
             add(format!("{name}, {label}"), &Unit::with_options(opts, &item).unwrap());
         }
     }
+    // bert_embed's graphs, every size a dynamic dim (hidden, heads, head size, vocabulary...).
+    for (name, item, base) in common::graphs_of("examples/bert_embed/src/graphs.rs") {
+        for level in [0u8, 3] {
+            let opts = Options { opt_level: level, ..base.clone() };
+            add(
+                format!("bert_embed {name} at opt_level {level}"),
+                &Unit::with_options(opts, &item).unwrap(),
+            );
+        }
+    }
     // Whole Hugging Face models as torch.onnx exports them (export_torch.py), imported.
     let fixtures =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("autofusion-onnx/tests/fixtures");

@@ -79,19 +79,20 @@ pub fn check_module(what: &str, m: &Module, values: &[i64]) {
 
 /// Every `#[fused_graph]` of the seed example and tests/layers: (name, item, options).
 pub fn layer_graphs() -> Vec<(String, syn::ItemFn, autofusion_compiler::front::Options)> {
-    let mut out = Vec::new();
-    for file in ["examples/seed_layer.rs", "tests/layers/mod.rs"] {
-        let src = std::fs::read_to_string(file).unwrap();
-        let parsed = syn::parse_file(&src).unwrap();
-        for (f, attr) in autofusion_compiler::find_graphs(&parsed.items) {
-            out.push((
-                f.sig.ident.to_string(),
-                f.clone(),
-                autofusion_compiler::front::parse_options(attr).unwrap(),
-            ));
-        }
-    }
-    out
+    ["examples/seed_layer.rs", "tests/layers/mod.rs"].into_iter().flat_map(graphs_of).collect()
+}
+
+/// Every `#[fused_graph]` of one source file: (name, item, options).
+pub fn graphs_of(file: &str) -> Vec<(String, syn::ItemFn, autofusion_compiler::front::Options)> {
+    let src = std::fs::read_to_string(file).unwrap();
+    let parsed = syn::parse_file(&src).unwrap();
+    autofusion_compiler::find_graphs(&parsed.items)
+        .into_iter()
+        .map(|(f, attr)| {
+            let options = autofusion_compiler::front::parse_options(attr).unwrap();
+            (f.sig.ident.to_string(), f.clone(), options)
+        })
+        .collect()
 }
 
 /// Call `f` on every layer graph (`layer_graphs`), on as many threads as the machine has:
