@@ -177,6 +177,45 @@ fn build_and_load(
     (built, m)
 }
 
+/// bert_embed's graphs, every size a dynamic dim, at two sets of sizes each: what the example's
+/// `--device ascend:N` runs (its own test does so through a crate built with the feature).
+#[test]
+fn bert_embed_graphs_of_any_size_match_the_reference_on_ascend() {
+    let target = Target::ascend910b();
+    let sizes = |d: &str, big: bool| -> i64 {
+        match (d, big) {
+            ("B", false) => 2,
+            ("B", true) => 3,
+            ("S", false) => 7,
+            ("S", true) => 19,
+            ("H", b) => 4 + 2 * b as i64,
+            ("DH", b) => 8 + 8 * b as i64,
+            ("F", b) => 37 + 60 * b as i64,
+            ("D", b) => 32 + 64 * b as i64,
+            ("P", _) => 40,
+            ("V", _) | ("T", _) => 5,
+            (other, _) => panic!("bert_embed graph dim {other} has no test size"),
+        }
+    };
+    for (name, item, base) in common::graphs_of("examples/bert_embed/src/graphs.rs") {
+        for level in [0u8, 3] {
+            let opts = Options { opt_level: level, ..base.clone() };
+            let unit = Unit::with_options(opts, &item).unwrap();
+            let what = format!("bert_embed {name} at opt_level {level}");
+            let (_, m) = build_and_load(&unit, &target, &format!("bert{level}"), &what);
+            let g = &unit.graph;
+            for big in [false, true] {
+                let dims: Vec<i64> = g.dyn_dims.iter().map(|d| sizes(d, big)).collect();
+                let ins = common::inputs(g, &dims, 3 + big as u64);
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                let want = autofusion_runtime::reference::run(g, &refs, &dims).unwrap();
+                let got = m.run(0, &refs).unwrap_or_else(|e| panic!("{what} at {dims:?}: {e}"));
+                common::assert_close(&format!("Ascend: {what} at {dims:?}"), &got, &want);
+            }
+        }
+    }
+}
+
 /// Integer and bool graphs on the vector unit, which carries them in f32 lanes: values below
 /// 2^24 (ids, positions, lengths) are exact, so inputs stay within +-1000 (products < 2^24).
 #[test]
