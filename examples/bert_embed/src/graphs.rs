@@ -2,14 +2,16 @@
 //! per layer with that layer's weights) and the pooling. Every size is a dynamic dim bound from
 //! the tensors passed (batch B, length S, hidden H * DH, heads H, head size DH, intermediate F,
 //! vocabulary V, positions P, token types T), so one build runs BERT checkpoints of any size;
-//! the tiling is chosen per call for the actual shapes.
+//! the tiling is chosen per call for the actual shapes. The planner runs at `opt_level = 3`
+//! (flash attention, one pipelined launch) and estimates the dims with `hints`: a BERT-base-like
+//! encoder at a batch of 8 sentences of 64 tokens (estimates only: any size runs).
 
 use autofusion::fused_graph;
 
 /// BERT's embeddings: the word, absolute position and token-type rows summed and normalised.
 /// Positions count 0 .. S - 1 along every row (BERT's are absolute: padding on the right does
 /// not shift them); an id or a position outside its table is an error naming the table.
-#[fused_graph]
+#[fused_graph(opt_level = 3, hints(B = 8, S = 64, D = 384, V = 30522, P = 512, T = 2))]
 pub fn bert_embeddings(
     input_ids: Tensor<i64, { [B, S] }>,
     token_type_ids: Tensor<i64, { [B, S] }>,
@@ -30,7 +32,7 @@ pub fn bert_embeddings(
 /// int64 mask. The query bias comes in as `[H, DH]`: that is what binds the head count and size.
 /// The attention scale 1 / sqrt(DH) is folded into the query weight and bias at load, since a
 /// scale here must be a number, not a dim.
-#[fused_graph]
+#[fused_graph(opt_level = 3, hints(B = 8, S = 64, H = 12, DH = 32, F = 1536))]
 pub fn bert_layer(
     x: Tensor<f32, { [B, S, H * DH] }>,
     attention_mask: Tensor<i64, { [B, S] }>,
@@ -63,7 +65,7 @@ pub fn bert_layer(
 
 /// Sentence embeddings as sentence-transformers makes them (Pooling with mean tokens, then
 /// Normalize): the mean of the states the attention mask keeps, L2-normalised.
-#[fused_graph]
+#[fused_graph(opt_level = 3, hints(B = 8, S = 64, D = 384))]
 pub fn mean_pool(
     h: Tensor<f32, { [B, S, D] }>,
     attention_mask: Tensor<i64, { [B, S] }>,
