@@ -17,7 +17,7 @@
 //! peers/export_bert_onnx.py when missing (it needs torch; without it onnxruntime is not run,
 //! and the bench says so). `PYTHON` picks the interpreter (default python3).
 
-use bert_embed::{Encoder, Exec};
+use bert_embed::{Encoder, Exec, Padded};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -152,7 +152,7 @@ impl Ort {
     fn input(&mut self, batches: &[Padded], path: &Path) -> Result<Vec<f32>, String> {
         let json: Vec<serde_json::Value> = batches
             .iter()
-            .map(|p| serde_json::json!({ "ids": p.rows(&p.ids), "mask": p.rows(&p.mask) }))
+            .map(|p| serde_json::json!({ "ids": rows(p, &p.ids), "mask": rows(p, &p.mask) }))
             .collect();
         std::fs::write(path, serde_json::Value::from(json).to_string())
             .map_err(|e| e.to_string())?;
@@ -175,27 +175,9 @@ impl Drop for Ort {
     }
 }
 
-/// One batch as both sides take it: ids and mask `[b, s]`, padded on the right.
-struct Padded {
-    s: usize,
-    ids: Vec<i64>,
-    mask: Vec<i64>,
-}
-
-impl Padded {
-    fn rows(&self, v: &[i64]) -> Vec<Vec<i64>> {
-        v.chunks(self.s).map(<[i64]>::to_vec).collect()
-    }
-}
-
-fn pad(batch: &[&(Vec<i64>, Vec<i64>)]) -> Padded {
-    let s = batch.iter().map(|t| t.0.len()).max().unwrap_or(0);
-    let (mut ids, mut mask) = (vec![0; batch.len() * s], vec![0; batch.len() * s]);
-    for (r, t) in batch.iter().enumerate() {
-        ids[r * s..r * s + t.0.len()].copy_from_slice(&t.0);
-        mask[r * s..r * s + t.0.len()].fill(1);
-    }
-    Padded { s, ids, mask }
+/// A padded batch's rows as JSON lists, for the onnxruntime peer.
+fn rows(p: &Padded, v: &[i64]) -> Vec<Vec<i64>> {
+    v.chunks(p.len.max(1)).map(<[i64]>::to_vec).collect()
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -259,7 +241,7 @@ fn main() {
         let (ef, e0) = (max_abs_diff(&run(fused), &want), max_abs_diff(&run(Exec::Unfused), &want));
         let mut ort_err = None;
         if let Some(o) = ort.as_mut() {
-            let padded: Vec<Padded> = chunks.iter().map(|ch| pad(ch)).collect();
+            let padded: Vec<Padded> = chunks.iter().map(|ch| Padded::new(ch)).collect();
             match o.input(&padded, &tmp.join(format!("bert_embed_b{batch}.json"))) {
                 Ok(e) => ort_err = Some(max_abs_diff(&e, &want)),
                 Err(e) => println!("onnxruntime failed: {e}"),

@@ -10,7 +10,7 @@ pub mod model;
 pub mod npy;
 
 pub use config::Config;
-pub use model::{Encoder, Exec};
+pub use model::{Encoder, Exec, Padded};
 
 /// What can go wrong between a model directory and its embeddings; each names the file or
 /// tensor and, where there is one, what to do about it.

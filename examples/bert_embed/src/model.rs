@@ -111,17 +111,11 @@ impl Encoder {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let (b, s) = (batch.len(), batch.iter().map(|t| t.0.len()).max().unwrap_or(0));
-        let (mut ids, mut types, mut mask) =
-            (vec![0i64; b * s], vec![0i64; b * s], vec![0i64; b * s]);
-        for (r, (i, t)) in batch.iter().map(|t| (&t.0, &t.1)).enumerate() {
-            ids[r * s..r * s + i.len()].copy_from_slice(i);
-            types[r * s..r * s + t.len()].copy_from_slice(t);
-            mask[r * s..r * s + i.len()].fill(1);
-        }
-        let ids = Tensor::from_i64(&[b, s], ids)?;
-        let types = Tensor::from_i64(&[b, s], types)?;
-        let mask = Tensor::from_i64(&[b, s], mask)?;
+        let p = Padded::new(batch);
+        let shape = [batch.len(), p.len];
+        let ids = Tensor::from_i64(&shape, p.ids)?;
+        let types = Tensor::from_i64(&shape, p.types)?;
+        let mask = Tensor::from_i64(&shape, p.mask)?;
         let [word, position, token_type, ln_g, ln_b] = &self.embeddings;
         let mut h =
             run!(bert_embeddings, exec, &ids, &types, word, position, token_type, ln_g, ln_b)?;
@@ -135,6 +129,29 @@ impl Encoder {
         }
         let pooled = run!(mean_pool, exec, &h, &mask)?.to_f32_vec();
         Ok(pooled.chunks_exact(self.config.hidden_size).map(<[f32]>::to_vec).collect())
+    }
+}
+
+/// A batch of tokenized sentences padded on the right to the longest: ids, token types and
+/// the attention mask, each `[batch, len]` row-major (padding: id 0, type 0, mask 0).
+pub struct Padded {
+    pub len: usize,
+    pub ids: Vec<i64>,
+    pub types: Vec<i64>,
+    pub mask: Vec<i64>,
+}
+
+impl Padded {
+    pub fn new(batch: &[&(Vec<i64>, Vec<i64>)]) -> Padded {
+        let len = batch.iter().map(|t| t.0.len()).max().unwrap_or(0);
+        let n = batch.len() * len;
+        let (mut ids, mut types, mut mask) = (vec![0; n], vec![0; n], vec![0; n]);
+        for (r, (i, t)) in batch.iter().map(|t| (&t.0, &t.1)).enumerate() {
+            ids[r * len..r * len + i.len()].copy_from_slice(i);
+            types[r * len..r * len + t.len()].copy_from_slice(t);
+            mask[r * len..r * len + i.len()].fill(1);
+        }
+        Padded { len, ids, types, mask }
     }
 }
 
