@@ -9,7 +9,7 @@ mod common;
 #[path = "batched_graphs/mod.rs"]
 mod batched_graphs;
 
-use autofusion::Tensor;
+use autofusion::{DType, Tensor};
 use autofusion_compiler::{target::Target, Options, Unit, Variant};
 use batched_graphs::{attention, encoder_layer, inputs};
 use std::path::PathBuf;
@@ -69,5 +69,49 @@ fn a_batched_encoder_layer_runs_through_every_kernel_kind() {
     }
     for kind in ["Elementwise", "MatMul", "FlashAttention", "Horizontal"] {
         assert!(kinds_seen.contains(kind), "a {kind} kernel over the batch: {kinds_seen:?}");
+    }
+}
+
+/// Weights read by batched matmuls: `x: [B, S, D] @ w: [D, N]` (broadcast over B), a per-head
+/// weight `[H, D, N]` under `[B, H, S, D]` (broadcast over B, not over H) and a per-batch one
+/// `[B, 1, D, N]` (broadcast over H). Each is packed once per distinct matrix, not once per
+/// batch index, and every batch index reads the right one.
+#[test]
+fn weights_broadcast_over_the_batch_are_packed_once() {
+    use autofusion_compiler::abi::packed_elems;
+    use autofusion_compiler::dim::DimExpr;
+    use autofusion_compiler::ir::BinaryOp;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("broadcast_packs");
+    let (b, s) = (DimExpr::sym("B"), DimExpr::sym("S"));
+    let c = DimExpr::constant;
+    let (h, d, n) = (3i64, 16i64, 40i64);
+    let mut g = autofusion_compiler::GraphBuilder::new("broadcast_weights");
+    let x = g.param("x", DType::F32, vec![b.clone(), s.clone(), c(d)]);
+    let w = g.param("w", DType::F32, vec![c(d), c(n)]);
+    let xh = g.param("xh", DType::F32, vec![b.clone(), c(h), s.clone(), c(d)]);
+    let wh = g.param("w_heads", DType::F32, vec![c(h), c(d), c(n)]);
+    let wb = g.param("w_batch", DType::F32, vec![b.clone(), c(1), c(d), c(n)]);
+    let y = g.matmul(x, w, "y").unwrap();
+    let yh = g.matmul(xh, wh, "yh").unwrap();
+    let yb = g.matmul(xh, wb, "yb").unwrap();
+    let sum = g.binary(BinaryOp::Add, yh, yb, "sum").unwrap();
+    g.output(y).output(sum);
+    let graph = g.finish().unwrap();
+    for level in [0u8, 3] {
+        let opts = Options { opt_level: level, ..Options::default() };
+        let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+        let m = common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap();
+        for (bs, ss) in [(1usize, 5usize), (4, 3), (7, 9)] {
+            let ins = common::inputs(m.graph(), &[bs as i64, ss as i64], (bs * 10 + ss) as u64);
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let want = m.reference(&refs).unwrap();
+            let got = m.run(&refs).unwrap();
+            let what = format!("opt_level {level}, B = {bs}, S = {ss}");
+            common::assert_close(&what, &got, &want);
+            // One copy of w, h of w_heads, B of w_batch (the micro-kernel rounds N up).
+            let matrices = 1 + h + bs as i64;
+            let one = packed_elems(1, d, n) as usize * 4;
+            assert_eq!(m.packed_bytes(), matrices as usize * one, "{what}: packed bytes");
+        }
     }
 }

@@ -121,6 +121,13 @@ pub struct ShapePlan {
     out_shapes: Vec<Vec<usize>>,
 }
 
+/// A packed copy a module holds, while the tensor it was packed from lives.
+struct HeldPack {
+    /// `Tensor::liveness` of the weight.
+    tensor: std::sync::Weak<()>,
+    packed: Arc<Packed>,
+}
+
 /// A loaded graph variant: metadata and kernel table from the generated library.
 pub struct Module {
     symbol: String,
@@ -130,9 +137,10 @@ pub struct Module {
     pack_fns: Vec<Vec<KernelFn>>,
     cache: Mutex<HashMap<Vec<i64>, Arc<ShapePlan>>>,
     arena: Mutex<Vec<u64>>,
-    /// Packed B operands by (kernel, pack): the latest parameter tensor each was packed from
-    /// (shared with other kernels and modules packing the same tensor alike, see `packs`).
-    packed: Mutex<HashMap<(usize, usize), Arc<Packed>>>,
+    /// Packed B operands by (kernel, pack): one per weight tensor passed there that is still
+    /// alive (a layer module run over the weights of many layers keeps each layer's copy),
+    /// shared with other kernels and modules packing the same tensor alike (see `packs`).
+    packed: Mutex<HashMap<(usize, usize), Vec<HeldPack>>>,
     /// Operands this module packed itself (neither its cache nor the process had them).
     packs_done: AtomicUsize,
     /// Bytes a call may allocate (see `memory`).
@@ -609,17 +617,32 @@ impl Module {
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
         let eval = |d: &autofusion_ir::dim::DimExpr| d.eval(&bind).unwrap_or(0);
         let key = PackKey::new(inputs[pi].stamp(), p, &eval);
-        if let Some(c) = self.packed.lock().unwrap().get(&(ki, j)) {
-            if c.key == key {
-                return Ok(c.clone());
-            }
+        let mine = self
+            .held_packs()
+            .get(&(ki, j))
+            .and_then(|list| list.iter().find(|h| h.packed.key == key).map(|h| h.packed.clone()));
+        if let Some(packed) = mine {
+            return Ok(packed);
         }
         let packed = match packs::lookup(&key) {
             Some(shared) => shared,
             None => packs::publish(self.pack_now(ki, j, key, dims, bufs)?),
         };
-        self.packed.lock().unwrap().insert((ki, j), packed.clone());
+        let mut held = self.held_packs();
+        let list = held.entry((ki, j)).or_default();
+        // One copy per tensor: the same tensor read at other extents replaces its old copy.
+        list.retain(|h| h.packed.key.stamp() != packed.key.stamp());
+        list.push(HeldPack { tensor: inputs[pi].liveness(), packed: packed.clone() });
         Ok(packed)
+    }
+
+    /// This module's packed copies, those of dropped tensors let go first.
+    fn held_packs(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, usize), Vec<HeldPack>>> {
+        let mut held = self.packed.lock().unwrap_or_else(|e| e.into_inner());
+        for list in held.values_mut() {
+            list.retain(|h| h.tensor.strong_count() > 0);
+        }
+        held
     }
 
     /// Run pack function `j` of kernel `ki` into new storage for `key`.
@@ -665,13 +688,14 @@ impl Module {
         self.meta.kernels.iter().map(|k| k.packs.len()).sum()
     }
 
-    /// Bytes of the packed operands this module uses (one per weight operand, for the latest
+    /// Bytes of the packed operands this module holds (one per weight operand and live weight
     /// tensor; copies shared with other modules count here too, see `packs::live_bytes`).
     pub fn packed_bytes(&self) -> usize {
-        let held = self.packed.lock().unwrap();
+        let held = self.held_packs();
         // Two kernels of this module may share one copy: count it once.
         let mut seen = std::collections::HashSet::new();
-        held.values().filter(|p| seen.insert(Arc::as_ptr(p))).map(|p| p.bytes()).sum()
+        let copies = held.values().flatten().map(|h| &h.packed);
+        copies.filter(|p| seen.insert(Arc::as_ptr(p))).map(|p| p.bytes()).sum()
     }
 
     /// Run the reference interpreter on the same graph.

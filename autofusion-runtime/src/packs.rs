@@ -7,9 +7,12 @@
 //! way uses one copy: a fused module and its opt_level 0 twin over the same weights hold the
 //! packed weights once, not twice.
 //!
-//! Modules own their packs (`Arc`); the registry only points at them (`Weak`), so a copy is
-//! freed when the last module holding it lets go (`Module::release_memory`, a new tensor,
-//! or the module dropped).
+//! Modules own their packs (`Arc`), one per weight tensor still alive that a kernel read (a
+//! layer module called with the weights of each layer in turn keeps every layer's copy, not
+//! only the last one's, which it would pack again at every call); the registry only points
+//! at them (`Weak`). A copy is freed when the last module holding it lets go: its tensor and
+//! the tensor's clones dropped (noticed at the module's next call or memory query),
+//! `Module::release_memory`, or the module dropped.
 
 use crate::error::Result;
 use crate::memory;
@@ -46,6 +49,10 @@ impl PackKey {
             offset: eval(&p.offset),
             strides: p.strides.iter().map(eval).collect(),
         }
+    }
+    /// The weight tensor's contents (`Tensor::stamp`).
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp
     }
     /// (batch, k, n) of the packed operand.
     pub(crate) fn batch_k_n(&self) -> [i64; 3] {

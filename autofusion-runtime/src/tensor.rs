@@ -3,6 +3,7 @@
 use crate::error::{Error, Result};
 use autofusion_ir::ir::DType;
 use half::{bf16, f16};
+use std::sync::{Arc, Weak};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Storage {
@@ -25,15 +26,19 @@ pub struct Tensor {
     stamp: Stamp,
 }
 
-/// Identity of a tensor's contents (ignored by `==`, which compares values).
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(feature = "ascend"), allow(dead_code))] // read by the Ascend device only
-pub(crate) struct Stamp(pub(crate) u64);
+/// Identity of a tensor's contents (ignored by `==`, which compares values), shared by its
+/// clones and reshapes. `alive` tells caches derived from the contents (packed weights)
+/// whether any tensor with these contents still exists: they hold only a `Weak` of it.
+#[derive(Clone, Debug)]
+pub(crate) struct Stamp {
+    id: u64,
+    alive: Arc<()>,
+}
 
 impl Stamp {
     fn new() -> Stamp {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        Stamp(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        Stamp { id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed), alive: Arc::new(()) }
     }
 }
 
@@ -262,7 +267,11 @@ impl Tensor {
                 ),
             });
         }
-        Ok(Tensor { storage: self.storage.clone(), shape: shape.to_vec(), stamp: self.stamp })
+        Ok(Tensor {
+            storage: self.storage.clone(),
+            shape: shape.to_vec(),
+            stamp: self.stamp.clone(),
+        })
     }
     pub(crate) fn as_ptr(&self) -> *const u8 {
         match &self.storage {
@@ -276,7 +285,11 @@ impl Tensor {
     }
     /// The contents' identity (see `Stamp`).
     pub(crate) fn stamp(&self) -> u64 {
-        self.stamp.0
+        self.stamp.id
+    }
+    /// Dead once this tensor, its clones and reshapes are all dropped (see `Stamp`).
+    pub(crate) fn liveness(&self) -> Weak<()> {
+        Arc::downgrade(&self.stamp.alive)
     }
     /// Bytes of the contents.
     #[cfg_attr(not(feature = "ascend"), allow(dead_code))]

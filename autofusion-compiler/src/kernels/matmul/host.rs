@@ -32,10 +32,15 @@ pub(crate) struct MatmulPart {
     pub(crate) spa: Space,
     pub(crate) spb: Space,
     pub(crate) spo: Space,
-    /// The `bufs` slot of B and its element type when it is packed once per weight tensor.
-    pub(crate) packed: Option<(usize, DType)>,
+    /// The `bufs` slot of B, its element type and (C) the index of the packed matrix batch
+    /// index `bi` reads, when B is packed once per weight tensor.
+    pub(crate) packed: Option<(usize, DType, String)>,
     /// A is read in place by the micro-kernel (no packing).
     pub(crate) a_direct: bool,
+    /// (batch, M) as the loops walk them: the batch folded into the rows when one B serves
+    /// every batch index (see `rows_over_batch`).
+    pub(crate) loop_batch: DimExpr,
+    pub(crate) loop_m: DimExpr,
 }
 
 /// Splits the members around the anchor, declares the accesses of the spaces of A, B and the
@@ -70,8 +75,10 @@ pub(crate) fn matmul_part(
     }
     // B read from a parameter (a weight) is packed once per tensor by a pack function the
     // runtime runs (see `abi::PackMeta`); any other B is packed here, one sliver at a time.
-    let packed = matches!(g.node(resolve(g, b_in).base).op, Op::Param { .. })
-        .then(|| (pack_b(em, &b_shape, b_in), g.node(b_in).dtype));
+    let packed = matches!(g.node(resolve(g, b_in).base).op, Op::Param { .. }).then(|| {
+        let (slot, index) = pack_b(em, &b_shape, b_in);
+        (slot, g.node(b_in).dtype, index)
+    });
     if packed.is_none() {
         em.access(&mut spb, b_in);
     }
@@ -79,6 +86,12 @@ pub(crate) fn matmul_part(
     // A of f32 with contiguous rows and no prologue is read in place by the micro-kernel.
     let a_direct =
         prologue.is_empty() && g.node(a_in).dtype.is_compute() && !em.strided_cols(&spa, a_in);
+    let m_dim = out_shape[r - 2].clone();
+    let (loop_batch, loop_m) = if rows_over_batch(g, &packed, &batch, &m_dim, a_direct, a_in) {
+        (DimExpr::constant(1), numel(&batch).mul(&m_dim))
+    } else {
+        (numel(&batch), m_dim)
+    };
     MatmulPart {
         anchor,
         a_in,
@@ -93,7 +106,42 @@ pub(crate) fn matmul_part(
         spo,
         packed,
         a_direct,
+        loop_batch,
+        loop_m,
     }
+}
+
+/// Whether the batch can be walked as more rows of one matrix (M = batch x M): B is a weight
+/// broadcast over every batch axis, so `x: [B, S, D] @ w: [D, N]` is one `[B*S, D] x [D, N]`
+/// product. Tiles of `MC` rows then span batch elements: fewer partial micro-tiles when S is
+/// small and each packed sliver of B serves more rows. A and C rows are found row by row
+/// (`row_prologue`) except A read in place, which must then be one run of rows.
+fn rows_over_batch(
+    g: &crate::ir::Graph,
+    packed: &Option<(usize, DType, String)>,
+    batch: &Shape,
+    m: &DimExpr,
+    a_direct: bool,
+    a_in: NodeId,
+) -> bool {
+    let one_b = matches!(packed, Some((_, _, index)) if index == "0");
+    if batch.is_empty() || !one_b {
+        return false;
+    }
+    if !a_direct {
+        return true;
+    }
+    let r = batch.len() + 2;
+    let strides = crate::layout::space_strides(&resolve(g, a_in), &g.node(a_in).shape, r);
+    // Each batch axis steps over whole runs of the axes after it.
+    let mut run = strides[r - 2].mul(m);
+    for d in (0..r - 2).rev() {
+        if strides[d] != run {
+            return false;
+        }
+        run = run.mul(&batch[d]);
+    }
+    true
 }
 
 /// One matmul with its prologue and epilogue; its work units start at `hoff` in the block
@@ -117,20 +165,22 @@ pub(crate) fn gen_matmul_part(
         store_c(em, &mp, members, outputs, c);
     });
     let r = mp.out_shape.len();
-    (numel(&mp.batch), mp.out_shape[r - 2].clone(), mp.out_shape[r - 1].clone(), mp.k_dim)
+    (mp.loop_batch, mp.loop_m, mp.out_shape[r - 1].clone(), mp.k_dim)
 }
 
 /// The sizes, tiling, micro-kernel, scratch layout and work units of a matmul part.
 pub(crate) fn matmul_setup(em: &Emitter, mp: &MatmulPart, c: &mut Code) {
     let r = mp.out_shape.len();
-    let bt = em.dim(&numel(&mp.batch));
-    let (m_e, n_e, k_e) =
-        (em.dim(&mp.out_shape[r - 2]), em.dim(&mp.out_shape[r - 1]), em.dim(&mp.k_dim));
+    let bt = em.dim(&mp.loop_batch);
+    let (m_e, n_e, k_e) = (em.dim(&mp.loop_m), em.dim(&mp.out_shape[r - 1]), em.dim(&mp.k_dim));
+    if mp.loop_batch != numel(&mp.batch) {
+        c.line("/* one B for every batch index: the batch is walked as more rows */");
+    }
     c.line(format!("const int64_t BATCH = {bt}, M = {m_e}, N = {n_e}, K = {k_e};"));
     c.line("const int64_t MC = t->mc, NC = t->nc, KC = t->kc;");
     c.line("const af_isa_info isa = af_isa();");
     c.line("const int64_t MR = isa.mr, NR = isa.nr;");
-    if let Some((slot, dt)) = mp.packed {
+    if let Some((slot, dt, _)) = &mp.packed {
         let (t, what) = match dt {
             DType::F32 => ("float", "B"),
             DType::F16 => ("uint16_t", "B (f16 bits)"),
@@ -171,10 +221,10 @@ pub(crate) fn k_blocks(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>
         }
         c.block("for (int64_t jr = 0; jr < nlen; jr += NR)", |c| {
             c.line("const int64_t nr = af_min64(NR, nlen - jr);");
-            if mp.packed.is_some() {
+            if let Some((_, dt, pbi)) = &mp.packed {
                 // NC is a multiple of NR_MAX (or N has one tile), so n0 + jr starts a sliver.
-                let t = ctype(mp.packed.map_or(DType::F32, |p| p.1));
-                c.line(format!("const {t} *restrict bsl = Bpk + ((bi * nsl + (n0 + jr) / NR) * K + k0) * NR;"));
+                let t = ctype(*dt);
+                c.line(format!("const {t} *restrict bsl = Bpk + (({pbi} * nsl + (n0 + jr) / NR) * K + k0) * NR;"));
             } else {
                 c.line("/* pack one sliver of B */");
                 b_sliver(em, &mp.spb, mp.b_in, ("k0", "klen"), "n0 + jr", "Bs", false, c);
@@ -183,9 +233,9 @@ pub(crate) fn k_blocks(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>
                 if mp.a_direct { "Ab + ir * lda + k0, lda, 1" } else { "Ap + ir * klen, 1, MR" };
             let tiles = "for (int64_t ir = 0; ir < mlen; ir += MR)";
             let call = |uk: &str, b: &str| format!("isa.{uk}(klen, {asrc}, {b}, Cc + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);");
-            match mp.packed {
+            match &mp.packed {
                 None => nested_loops(c, &[tiles], &call("uk", "Bs")),
-                Some((_, dt)) => widen_or_direct(dt, tiles, &call, c),
+                Some((_, dt, _)) => widen_or_direct(*dt, tiles, &call, c),
             }
         });
     });
@@ -326,14 +376,18 @@ pub(crate) fn b_sliver(
 /// The pack function of matmul operand `b_in` (shape `b_shape` = batch + [K, N]), read from a
 /// parameter: appended to `em.packs`; returns the `bufs` slot the kernel finds it in. The
 /// packed elements keep the parameter's dtype (a 16-bit weight is copied as its bits).
-pub(crate) fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
+pub(crate) fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> (usize, String) {
     let g = em.g;
     let j = em.packs.len();
     let slot = em.buf.len() + j;
     let func = format!("{}_pack{j}", em.kname);
     let param = resolve(g, b_in).base;
     let r = b_shape.len();
-    let batch = numel(&b_shape[..r - 2]);
+    // What the packed copy holds, so the runtime can share it between kernels and modules.
+    let view = resolve(g, b_in);
+    let strides = crate::layout::space_strides(&view, &g.node(b_in).shape, r);
+    let kept = PackedBatch::of(b_shape, &strides);
+    let batch = numel(&kept.extents());
     let mut pe = Emitter::new(g, em.buf.clone(), &func);
     let mut sp = Space { tag: "b", shape: b_shape.clone(), accesses: BTreeMap::new() };
     pe.access(&mut sp, b_in);
@@ -359,10 +413,17 @@ pub(crate) fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
     body.line("(void)BATCH;");
     let group = "a group of NR_MAX columns of one matrix";
     body.block_noted("for (int64_t gi = g0; gi < g1; ++gi)", group, |c| {
-        c.line("const int64_t bi = gi / ng, c0 = (gi % ng) * AF_NR_MAX, c1 = af_min64(N, c0 + AF_NR_MAX);");
+        if kept.all_kept() {
+            c.line("const int64_t bi = gi / ng, c0 = (gi % ng) * AF_NR_MAX, c1 = af_min64(N, c0 + AF_NR_MAX);");
+        } else {
+            c.line("/* B's broadcast batch axes are packed once: matrix pbi of the copy is matrix bi of B */");
+            c.line("const int64_t pbi = gi / ng, c0 = (gi % ng) * AF_NR_MAX, c1 = af_min64(N, c0 + AF_NR_MAX);");
+            c.line(format!("const int64_t bi = {};", kept.full_index(&pe, "pbi")));
+        }
+        let pbi = if kept.all_kept() { "bi" } else { "pbi" };
         c.block("for (int64_t j0 = c0; j0 < c1; j0 += NR)", |c| {
             c.line("const int64_t nr = af_min64(NR, N - j0);");
-            c.line(format!("{t} *restrict ds = dst + (bi * nsl + j0 / NR) * K * NR;"));
+            c.line(format!("{t} *restrict ds = dst + ({pbi} * nsl + j0 / NR) * K * NR;"));
             b_sliver(&pe, &sp, b_in, ("0", "K"), "j0", "ds", bits, c);
         });
     });
@@ -378,9 +439,10 @@ pub(crate) fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
         &[&head, &pe.decls, &body],
     );
     c.line("");
-    // What the packed copy holds, so the runtime can share it between kernels and modules.
-    let view = resolve(g, b_in);
-    let strides = crate::layout::space_strides(&view, &g.node(b_in).shape, r);
+    let index = kept.packed_index(em, "bi");
+    let mut packed_strides: Vec<DimExpr> =
+        kept.keep.iter().zip(&strides).filter(|(k, _)| **k).map(|(_, s)| s.clone()).collect();
+    packed_strides.extend_from_slice(&strides[r - 2..]);
     let meta = PackMeta {
         func,
         param,
@@ -388,10 +450,82 @@ pub(crate) fn pack_b(em: &mut Emitter, b_shape: &Shape, b_in: NodeId) -> usize {
         batch,
         k: b_shape[r - 2].clone(),
         n: b_shape[r - 1].clone(),
-        batch_dims: b_shape[..r - 2].to_vec(),
+        batch_dims: kept.extents(),
         offset: view.offset,
-        strides,
+        strides: packed_strides,
     };
     em.packs.push((meta, c.finish()));
-    slot
+    (slot, index)
+}
+
+/// The batch axes of a packed B that hold distinct matrices. A weight read by a batched
+/// matmul (`x: [B, S, D] @ w: [D, N]`) is broadcast over B (stride 0): it is packed once, not
+/// once per batch index, and every batch index of the kernel reads that one copy.
+struct PackedBatch {
+    /// B's batch extents (the matmul's batch).
+    extents: Vec<DimExpr>,
+    /// Whether each batch axis is kept (its stride is not 0).
+    keep: Vec<bool>,
+}
+
+impl PackedBatch {
+    fn of(b_shape: &Shape, strides: &[DimExpr]) -> PackedBatch {
+        let nb = b_shape.len() - 2;
+        let zero = DimExpr::constant(0);
+        PackedBatch {
+            extents: b_shape[..nb].to_vec(),
+            keep: strides[..nb].iter().map(|s| *s != zero).collect(),
+        }
+    }
+    fn all_kept(&self) -> bool {
+        self.keep.iter().all(|k| *k)
+    }
+    /// The extents of the packed copy's batch axes.
+    fn extents(&self) -> Vec<DimExpr> {
+        self.keep.iter().zip(&self.extents).filter(|(k, _)| **k).map(|(_, e)| e.clone()).collect()
+    }
+    /// C: the index of the packed matrix holding matmul batch index `bi` (flat over all axes).
+    fn packed_index(&self, em: &Emitter, bi: &str) -> String {
+        self.reindex(em, bi, |a| self.extents[a + 1..].to_vec(), |a| self.kept_after(a))
+    }
+    /// C: the matmul batch index (broadcast axes at 0) of packed matrix `pbi`.
+    fn full_index(&self, em: &Emitter, pbi: &str) -> String {
+        self.reindex(em, pbi, |a| self.kept_after(a), |a| self.extents[a + 1..].to_vec())
+    }
+    /// Extents of the kept axes after axis `a`.
+    fn kept_after(&self, a: usize) -> Vec<DimExpr> {
+        (a + 1..self.extents.len())
+            .filter(|&b| self.keep[b])
+            .map(|b| self.extents[b].clone())
+            .collect()
+    }
+    /// Sum over kept axes `a` of (index `a` read from `from` with the place values `from_pv(a)`)
+    /// times `to_pv(a)`.
+    fn reindex(
+        &self,
+        em: &Emitter,
+        from: &str,
+        from_pv: impl Fn(usize) -> Vec<DimExpr>,
+        to_pv: impl Fn(usize) -> Vec<DimExpr>,
+    ) -> String {
+        if self.all_kept() {
+            return from.to_string();
+        }
+        let terms: Vec<String> = (0..self.extents.len())
+            .filter(|&a| self.keep[a])
+            .map(|a| {
+                let idx = format!(
+                    "(({from} / ({})) % ({}))",
+                    em.dim(&numel(&from_pv(a))),
+                    em.dim(&self.extents[a])
+                );
+                format!("{idx} * ({})", em.dim(&numel(&to_pv(a))))
+            })
+            .collect();
+        if terms.is_empty() {
+            "0".into()
+        } else {
+            terms.join(" + ")
+        }
+    }
 }
