@@ -8,6 +8,8 @@
 #[path = "batched_graphs/mod.rs"]
 mod batched_graphs;
 mod common;
+#[path = "decoder_graphs/mod.rs"]
+mod decoder_graphs;
 #[path = "integer_graphs/mod.rs"]
 mod integer_graphs;
 #[path = "layers/mod.rs"]
@@ -212,6 +214,47 @@ fn bert_embed_graphs_of_any_size_match_the_reference_on_ascend() {
                 let got = m.run(0, &refs).unwrap_or_else(|e| panic!("{what} at {dims:?}: {e}"));
                 common::assert_close(&format!("Ascend: {what} at {dims:?}"), &got, &want);
             }
+        }
+    }
+}
+
+/// A decoder layer with KV caches written in place on the device (cache_write kernels),
+/// a prefill then single steps: outputs and caches against the reference at each call.
+#[test]
+fn a_decoder_with_kv_caches_matches_the_reference_on_ascend() {
+    use decoder_graphs::{caches, decoder_layer, rope_tables, weights, SMALL};
+    let target = Target::ascend910b();
+    let z = SMALL;
+    let t = 16usize;
+    let (cos, sin) = rope_tables(t, z.dh as usize);
+    let w = weights(z, 11);
+    let x = Tensor::randn(&[8, z.d as usize], 1.0, 2);
+    for level in [0u8, 3] {
+        let opts = Options { opt_level: level, ..Options::default() };
+        let unit = Unit::from_graph(decoder_layer(z), opts).unwrap();
+        let what = format!("decoder_kv at opt_level {level}");
+        let (_, m) = build_and_load(&unit, &target, &format!("kv{level}"), &what);
+        let ((mut kc, mut vc), (mut rk, mut rv)) = (caches(z, t), caches(z, t));
+        let mut p = 0usize;
+        for s in [5usize, 1, 2] {
+            let d = z.d as usize;
+            let xs =
+                Tensor::from_f32(&[s, d], x.to_f32_vec()[p * d..(p + s) * d].to_vec()).unwrap();
+            let mut ins: Vec<&Tensor> = vec![&xs, &cos, &sin];
+            ins.extend(w.iter());
+            let dims = [("P", p as i64)];
+            let got = m
+                .run_with_state(0, &ins, &mut [&mut kc, &mut vc], &dims)
+                .unwrap_or_else(|e| panic!("{what} at P = {p}: {e}"));
+            let want = m.reference_with_state(&ins, &mut [&mut rk, &mut rv], &dims).unwrap();
+            let at = format!("Ascend: {what} at P = {p}, S = {s}");
+            common::assert_close(&at, &got, &want);
+            common::assert_close(
+                &format!("{at}, caches"),
+                &[kc.clone(), vc.clone()],
+                &[rk.clone(), rv.clone()],
+            );
+            p += s;
         }
     }
 }

@@ -13,7 +13,8 @@
 //! A file takes about 5 s to check (g++ parses the devkit's headers each time), so by default
 //! the set is: every layer graph at every opt level (opt_level 0 is one kernel per op, what
 //! the unfused variant generates too), each rule alone on the seed layer, the integer and
-//! batched graphs of `tests/integer_graphs` and `tests/batched_graphs` at opt_level 0 and 3,
+//! batched graphs of `tests/integer_graphs` and `tests/batched_graphs` and the decoder with KV
+//! caches of `tests/decoder_graphs` at opt_level 0 and 3,
 //! and six random graphs at opt_level 3 (about 50 files, 3-4 minutes on 2 cores).
 //! `AUTOFUSION_ASCEND_CHECK_ALL=1` checks every plan the Ascend tests build, fused and unfused
 //! (each rule alone on every layer graph, all random graphs at opt_level 2 and 3: about 170
@@ -22,6 +23,8 @@
 #[path = "batched_graphs/mod.rs"]
 mod batched_graphs;
 mod common;
+#[path = "decoder_graphs/mod.rs"]
+mod decoder_graphs;
 #[path = "integer_graphs/mod.rs"]
 mod integer_graphs;
 
@@ -95,6 +98,7 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
         integer_graphs::embeddings(),
         batched_graphs::attention(true, false),
         batched_graphs::encoder_layer(),
+        decoder_graphs::decoder_layer(decoder_graphs::SMALL),
     ]
     .into_iter()
     .chain(exported);

@@ -17,7 +17,7 @@
 //! assert_eq!(unit.graph.dyn_dims, ["S"]);
 //! ```
 
-use crate::dim::{shape_str, Shape};
+use crate::dim::{shape_str, DimExpr, Shape};
 use crate::ir::{self, BinaryOp, DType, Graph, Node, NodeId, Op, UnaryOp};
 use std::fmt;
 
@@ -57,6 +57,7 @@ pub struct GraphBuilder {
     nodes: Vec<Node>,
     outputs: Vec<NodeId>,
     dyn_dims: Vec<String>,
+    state: Vec<usize>,
     static_dims: Vec<(String, i64)>,
     consts: ConstPool,
     line: u32,
@@ -70,6 +71,7 @@ impl GraphBuilder {
             nodes: Vec::new(),
             outputs: Vec::new(),
             dyn_dims: Vec::new(),
+            state: Vec::new(),
             static_dims: Vec::new(),
             consts: ConstPool::default(),
             line: 0,
@@ -124,6 +126,37 @@ impl GraphBuilder {
         self.push(Op::Param { index }, vec![], dtype, shape, name)
     }
 
+    /// The next graph input, as state kept between calls: a cache the graph updates in place
+    /// with `cache_write` (see `Graph::state`); the caller passes it mutable.
+    pub fn state(&mut self, name: &str, dtype: DType, shape: Shape) -> NodeId {
+        let id = self.param(name, dtype, shape);
+        self.state.push(self.params.len() - 1);
+        id
+    }
+
+    /// A dynamic dim that no parameter's shape carries, given by the caller at each call (the
+    /// position `P` at which a call writes its keys and values into a KV cache).
+    pub fn call_dim(&mut self, name: &str) -> DimExpr {
+        if !self.dyn_dims.iter().any(|d| d == name) {
+            self.dyn_dims.push(name.to_string());
+        }
+        DimExpr::sym(name)
+    }
+
+    /// `new` written into the state `cache` at `start` along `axis` (`Op::CacheWrite`): the
+    /// cache after the write.
+    pub fn cache_write(
+        &mut self,
+        cache: NodeId,
+        new: NodeId,
+        axis: usize,
+        start: DimExpr,
+        name: &str,
+    ) -> Result<NodeId, BuildError> {
+        self.check_symbols(&vec![start.clone()], name)?;
+        self.add(Op::CacheWrite { axis, start }, &[cache, new], None, name)
+    }
+
     /// A scalar constant (shape `[]`, broadcast by its users); equal constants are one node.
     pub fn constant(&mut self, value: f64, dtype: DType) -> NodeId {
         if let Some(id) = self.consts.get(value, dtype) {
@@ -148,7 +181,7 @@ impl GraphBuilder {
             Some(s) => Err(self.error(
                 name,
                 format!("shape {} uses dim `{s}`, which no parameter has", shape_str(shape)),
-                Some("dynamic dims are bound from the parameters' shapes".into()),
+                Some("dynamic dims are bound from the parameters' shapes, or declared with `call_dim`".into()),
             )),
             None => Ok(()),
         }
@@ -242,6 +275,7 @@ impl GraphBuilder {
             outputs: self.outputs,
             dyn_dims: self.dyn_dims,
             static_dims: self.static_dims,
+            state: self.state,
         };
         ir::verify(&graph).map_err(|msg| BuildError {
             graph: graph.name.clone(),
@@ -256,7 +290,6 @@ impl GraphBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dim::DimExpr;
 
     fn s() -> DimExpr {
         DimExpr::sym("S")

@@ -325,14 +325,15 @@ pub fn cse(g: &Graph) -> Graph {
     Graph { nodes, outputs, ..g.clone() }
 }
 
-/// Remove nodes that no output depends on (parameters stay: they are the signature).
+/// Remove nodes that no output depends on (parameters stay: they are the signature; so do
+/// cache writes: the state they leave is a result of the call).
 pub fn dce(g: &Graph) -> Graph {
     let mut live = vec![false; g.nodes.len()];
     for o in &g.outputs {
         live[o.idx()] = true;
     }
     for id in g.ids().rev() {
-        if live[id.idx()] || matches!(g.node(id).op, Op::Param { .. }) {
+        if live[id.idx()] || matches!(g.node(id).op, Op::Param { .. } | Op::CacheWrite { .. }) {
             live[id.idx()] = true;
             for i in &g.node(id).inputs {
                 live[i.idx()] = true;

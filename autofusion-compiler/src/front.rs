@@ -1351,6 +1351,7 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         outputs,
         dyn_dims: lw.dyn_dims,
         static_dims: opts.dims.clone(),
+        state: Vec::new(),
     };
     let tuple_return = declared.tuple_return;
     Ok(Lowered { graph, sig: Signature { params, outputs: outs_sig, tuple_return }, options: opts })

@@ -20,15 +20,18 @@ pub enum GroupKind {
     FlashAttention,
     /// Sibling matmuls reading the same A operand, launched as one kernel (`qkv_horizontal`).
     Horizontal,
+    /// New rows written into a KV cache in place (`Op::CacheWrite`).
+    CacheWrite,
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 5] = [
+    pub const ALL: [GroupKind; 6] = [
         GroupKind::Elementwise,
         GroupKind::MatMul,
         GroupKind::Concat,
         GroupKind::FlashAttention,
         GroupKind::Horizontal,
+        GroupKind::CacheWrite,
     ];
 }
 

@@ -296,6 +296,16 @@ pub enum Op {
     Expand {
         shape: Shape,
     },
+    /// A write into a cache kept between calls: `new` (input 1) goes to indices
+    /// `start .. start + new.shape[axis]` along `axis` of the state parameter `cache`
+    /// (input 0, see `Graph::state`), in place; the rest of the cache is left as it is. The
+    /// result is the cache after the write (same shape), so attention over the first
+    /// `start + S` positions reads a slice of it. A KV cache: `[KVH, T, DH]` along axis 1 at
+    /// the call's position `P`.
+    CacheWrite {
+        axis: usize,
+        start: DimExpr,
+    },
     // ---- sugar, expanded by canon ----
     LayerNorm {
         eps: f64,
@@ -336,6 +346,7 @@ pub enum OpKind {
     CumSum,
     Gather,
     Expand,
+    CacheWrite,
     LayerNorm,
     RmsNorm,
     Softmax,
@@ -345,7 +356,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 23] = [
+    pub const ALL: [OpKind; 24] = [
         OpKind::Param,
         OpKind::Const,
         OpKind::Unary,
@@ -363,6 +374,7 @@ impl OpKind {
         OpKind::CumSum,
         OpKind::Gather,
         OpKind::Expand,
+        OpKind::CacheWrite,
         OpKind::LayerNorm,
         OpKind::RmsNorm,
         OpKind::Softmax,
@@ -389,6 +401,7 @@ impl OpKind {
             OpKind::CumSum => "cumsum",
             OpKind::Gather => "gather",
             OpKind::Expand => "expand",
+            OpKind::CacheWrite => "cache_write",
             OpKind::LayerNorm => "layer_norm",
             OpKind::RmsNorm => "rms_norm",
             OpKind::Softmax => "softmax",
@@ -422,6 +435,7 @@ impl Op {
             Op::CumSum { .. } => OpKind::CumSum,
             Op::Gather { .. } => OpKind::Gather,
             Op::Expand { .. } => OpKind::Expand,
+            Op::CacheWrite { .. } => OpKind::CacheWrite,
             Op::LayerNorm { .. } => OpKind::LayerNorm,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::Softmax { .. } => OpKind::Softmax,
@@ -482,6 +496,7 @@ impl Op {
             Op::Expand { shape } => format!("to {}", shape_str(shape)),
             Op::Transpose { perm } => format!("perm={perm:?}"),
             Op::Slice { axis, start, end } => format!("axis={axis} [{start}, {end})"),
+            Op::CacheWrite { axis, start } => format!("axis={axis} at {start}"),
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={eps:e}"),
             Op::Attention { scale, causal, mask } => {
                 format!("scale={scale:?} causal={causal} mask={mask}")
@@ -515,6 +530,10 @@ pub struct Graph {
     pub dyn_dims: Vec<String>,
     /// Static dims as declared, for reports.
     pub static_dims: Vec<(String, i64)>,
+    /// The parameters that are state kept between calls (caches a `CacheWrite` updates in
+    /// place), by parameter index, ascending. The caller passes them mutable; nothing keyed
+    /// on a tensor's contents (packed weights, device copies) is ever made from them.
+    pub state: Vec<usize>,
 }
 
 impl Graph {
@@ -523,6 +542,24 @@ impl Graph {
     }
     pub fn ids(&self) -> impl DoubleEndedIterator<Item = NodeId> {
         (0..self.nodes.len() as u32).map(NodeId)
+    }
+    /// Whether node `id` is a state parameter (see `state`).
+    pub fn is_state(&self, id: NodeId) -> bool {
+        matches!(self.node(id).op, Op::Param { index } if self.state.contains(&index))
+    }
+    /// The `CacheWrite` of each state parameter, in `state` order (`verify` checks there is
+    /// exactly one).
+    pub fn state_writes(&self) -> Vec<NodeId> {
+        let pnodes = self.param_nodes();
+        self.state
+            .iter()
+            .filter_map(|&i| {
+                self.ids().find(|&w| {
+                    matches!(self.node(w).op, Op::CacheWrite { .. })
+                        && self.node(w).inputs[0] == pnodes[i]
+                })
+            })
+            .collect()
     }
     pub fn param_nodes(&self) -> Vec<NodeId> {
         let mut v = vec![NodeId(0); self.params.len()];
@@ -682,6 +719,7 @@ pub fn infer(
         Op::Transpose { perm } => infer_transpose(perm, ins),
         Op::Slice { axis, start, end } => infer_slice(axis, start, end, ins),
         Op::Concat { axis } => infer_concat(axis, ins),
+        Op::CacheWrite { axis, .. } => infer_cache_write(*axis, ins),
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => infer_norm(op, ins),
         Op::Attention { mask, .. } => infer_attention(mask, ins),
         Op::Rope => infer_rope(ins),
@@ -912,6 +950,27 @@ fn infer_slice(
     Ok((s, ins[0].1))
 }
 
+fn infer_cache_write(axis: usize, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    let d = same_dtype(ins, "cache_write")?;
+    let (cache, new) = (ins[0].0, ins[1].0);
+    if axis >= cache.len() {
+        return Err(err(None, format!("axis {axis} out of range for {}", shape_str(cache))));
+    }
+    let differs = (0..cache.len()).any(|a| a != axis && cache.get(a) != new.get(a));
+    if new.len() != cache.len() || differs {
+        return Err(InferError {
+            operand: Some(1),
+            msg: format!(
+                "cache_write of {} into a cache of {}: they must agree off axis {axis}",
+                shape_str(new),
+                shape_str(cache)
+            ),
+            help: Some("the new rows have the cache's shape with S positions on the axis".into()),
+        });
+    }
+    Ok((cache.clone(), d))
+}
+
 fn infer_concat(axis: &usize, ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
     let rank = |i: usize| ins[i].0.len();
     let shape = |i: usize| ins[i].0.clone();
@@ -1083,7 +1142,11 @@ pub fn arity(op: &Op) -> Arity {
         Op::Where => Arity::Exactly(3),
         Op::Reduce { .. } | Op::Softmax { .. } => Arity::Exactly(1),
         Op::Reshape | Op::Transpose { .. } | Op::Slice { .. } => Arity::Exactly(1),
-        Op::Binary(_) | Op::MatMul | Op::RmsNorm { .. } | Op::Gather { .. } => Arity::Exactly(2),
+        Op::Binary(_)
+        | Op::MatMul
+        | Op::RmsNorm { .. }
+        | Op::Gather { .. }
+        | Op::CacheWrite { .. } => Arity::Exactly(2),
         Op::Concat { .. } => Arity::AtLeast(1),
         Op::LayerNorm { .. } | Op::Linear | Op::Rope => Arity::Exactly(3),
         Op::Attention { mask, .. } => Arity::Exactly(3 + *mask as usize),
@@ -1127,6 +1190,49 @@ pub fn verify(g: &Graph) -> Result<(), String> {
     for o in &g.outputs {
         if o.idx() >= g.nodes.len() {
             return Err(format!("output {o} is not a node"));
+        }
+    }
+    verify_state(g)
+}
+
+/// State parameters are written once, by a `CacheWrite`, and read only through it (a direct
+/// read would see the cache before or after the write depending on the schedule); every
+/// `CacheWrite` writes a state parameter; a state is not a graph output (the caller holds it).
+fn verify_state(g: &Graph) -> Result<(), String> {
+    if g.state.windows(2).any(|w| w[0] >= w[1]) || g.state.iter().any(|&i| i >= g.params.len()) {
+        return Err(format!("state parameters {:?} of {} parameters", g.state, g.params.len()));
+    }
+    let users = g.users();
+    let pnodes = g.param_nodes();
+    for &i in &g.state {
+        let (p, name) = (pnodes[i], &g.params[i]);
+        match &users[p.idx()][..] {
+            [w] if matches!(g.node(*w).op, Op::CacheWrite { .. }) && g.node(*w).inputs[0] == p => {}
+            _ => {
+                return Err(format!(
+                    "state parameter `{name}` must be read by exactly one cache_write (as its cache) and nothing else"
+                ))
+            }
+        }
+        if g.outputs.contains(&p) {
+            return Err(format!("state parameter `{name}` is a graph output"));
+        }
+    }
+    for id in g.ids() {
+        if matches!(g.node(id).op, Op::CacheWrite { .. }) {
+            if !g.is_state(g.node(id).inputs[0]) {
+                return Err(format!(
+                    "{id} (cache_write `{}`) writes `{}`, which is not a state parameter",
+                    g.node(id).name,
+                    g.node(g.node(id).inputs[0]).name
+                ));
+            }
+            if g.outputs.contains(&id) {
+                return Err(format!(
+                    "{id} (cache_write `{}`) is a graph output: the caller holds the cache",
+                    g.node(id).name
+                ));
+            }
         }
     }
     Ok(())

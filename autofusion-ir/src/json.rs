@@ -255,6 +255,10 @@ impl Json for Op {
             Op::Concat { axis } | Op::Softmax { axis } | Op::Gather { axis } => {
                 put("axis", json!(axis))
             }
+            Op::CacheWrite { axis, start } => {
+                put("axis", json!(axis));
+                put("start", start.to_json())
+            }
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => put("eps", eps.to_json()),
             Op::Attention { scale, causal, mask } => {
                 put("scale", scale.to_json());
@@ -288,6 +292,7 @@ impl Json for Op {
             OpKind::Concat => Op::Concat { axis: get(v, "axis")? },
             OpKind::Gather => Op::Gather { axis: get(v, "axis")? },
             OpKind::Expand => Op::Expand { shape: get(v, "shape")? },
+            OpKind::CacheWrite => Op::CacheWrite { axis: get(v, "axis")?, start: get(v, "start")? },
             OpKind::Softmax => Op::Softmax { axis: get(v, "axis")? },
             OpKind::LayerNorm => Op::LayerNorm { eps: get(v, "eps")? },
             OpKind::RmsNorm => Op::RmsNorm { eps: get(v, "eps")? },
@@ -353,7 +358,33 @@ impl Json for Work {
 }
 
 json_struct!(Node { op, inputs, dtype, shape, name, line });
-json_struct!(Graph { name, params, nodes, outputs, dyn_dims, static_dims });
+// `state` is written only when there is one, so stateless graphs keep their metadata as it was.
+impl Json for Graph {
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("name".into(), self.name.to_json());
+        m.insert("params".into(), self.params.to_json());
+        m.insert("nodes".into(), self.nodes.to_json());
+        m.insert("outputs".into(), self.outputs.to_json());
+        m.insert("dyn_dims".into(), self.dyn_dims.to_json());
+        m.insert("static_dims".into(), self.static_dims.to_json());
+        if !self.state.is_empty() {
+            m.insert("state".into(), self.state.to_json());
+        }
+        Value::Object(m)
+    }
+    fn from_json(v: &Value) -> Result<Self, String> {
+        Ok(Graph {
+            name: get(v, "name")?,
+            params: get(v, "params")?,
+            nodes: get(v, "nodes")?,
+            outputs: get(v, "outputs")?,
+            dyn_dims: get(v, "dyn_dims")?,
+            static_dims: get(v, "static_dims")?,
+            state: if v.get("state").is_some() { get(v, "state")? } else { Vec::new() },
+        })
+    }
+}
 json_struct!(PackMeta { func, param, dtype, batch, k, n, batch_dims, offset, strides });
 json_struct!(KernelMeta { name, buffers, n_inputs, work, ops, packs });
 json_struct!(ModuleMeta { abi, hash, variant, graph, kernels, summary, pipeline });
@@ -412,6 +443,7 @@ mod tests {
             outputs: vec![NodeId(4)],
             dyn_dims: vec!["S".into()],
             static_dims: vec![("D".into(), 8)],
+            state: Vec::new(),
         }
     }
 

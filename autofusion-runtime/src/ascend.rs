@@ -15,7 +15,7 @@ use crate::exec::bind_inputs;
 use crate::tensor::Tensor;
 use crate::tiling::{choose_ascend, AscendCores, AscendLaunch, AscendTiling, ASCEND_SYS_WORKSPACE};
 use autofusion_ir::abi::ASCEND_MAX_DIMS;
-use autofusion_ir::ir::{Graph, NodeId};
+use autofusion_ir::ir::{Graph, NodeId, Op};
 use autofusion_ir::meta::AscendMeta;
 use once_cell::sync::OnceCell;
 use std::cell::Cell;
@@ -359,7 +359,9 @@ impl AscendModule {
             launches.push(l);
             ws = ws.max(w);
         }
-        let params = g.param_nodes();
+        for w in g.state_writes() {
+            crate::exec::cache_write_fits(g, w, &bind)?;
+        }
         let mut bytes = Vec::new();
         let mut offsets = Vec::new();
         let mut off = 0usize;
@@ -373,7 +375,7 @@ impl AscendModule {
             let n = crate::memory::tensor_bytes(&shape(b)?, g.node(b).dtype.size())
                 .ok_or_else(|| overflow("device buffers"))?;
             bytes.push(n);
-            if params.contains(&b) {
+            if param_of(g, b).is_some() {
                 offsets.push(None);
             } else {
                 offsets.push(Some(off));
@@ -406,8 +408,47 @@ impl AscendModule {
 
     /// Run the kernels on `device`.
     pub fn run(&self, device: u32, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        crate::exec::stateless(&self.graph)?;
+        let dims = bind_inputs(&self.graph, inputs)?;
+        Ok(self.run_on(device, inputs, &dims)?.0)
+    }
+
+    /// `Module::run_with_state` on `device`. The device keeps its copy of each cache between
+    /// calls (the host tensor, updated from it after each call, keeps its identity there).
+    pub fn run_with_state(
+        &self,
+        device: u32,
+        inputs: &[&Tensor],
+        state: &mut [&mut Tensor],
+        call_dims: &[(&str, i64)],
+    ) -> Result<Vec<Tensor>> {
         let g = &self.graph;
-        let dims = bind_inputs(g, inputs)?;
+        let dims = crate::exec::bind_with_state(g, inputs, state, call_dims)?;
+        let all = crate::exec::merge_state(g, inputs, state.iter().map(|t| &**t).collect());
+        let (outs, after) = self.run_on(device, &all, &dims)?;
+        drop(all);
+        let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        let st = devs.get_mut(&device).expect("the call made the device state");
+        for ((t, bytes), &i) in state.iter_mut().zip(after).zip(&g.state) {
+            // SAFETY: `as_mut_ptr` points at `nbytes` bytes, the size of the cache downloaded.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.as_mut_ptr(), t.nbytes()) };
+            if let Some(held) = st.params.get_mut(&i) {
+                held.0 = t.stamp(); // the device copy is what the tensor now holds
+            }
+        }
+        Ok(outs)
+    }
+
+    /// The kernels on `device` with every parameter in `inputs`; returns the outputs and the
+    /// state parameters' contents after the call (in `Graph::state` order).
+    fn run_on(
+        &self,
+        device: u32,
+        inputs: &[&Tensor],
+        dims: &[i64],
+    ) -> Result<(Vec<Tensor>, Vec<Vec<u8>>)> {
+        let g = &self.graph;
+        let dims = dims.to_vec();
         let plan = self.plan_for(device_cores(device)?, &dims)?;
         use_device(device)?;
         let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
@@ -452,7 +493,7 @@ impl AscendModule {
             args[ASCEND_MAX_DIMS + j] = match plan.offsets[j] {
                 Some(off) => arena.addr(off),
                 None => {
-                    let i = pnodes.iter().position(|p| p == b).unwrap();
+                    let i = param_of(g, *b).expect("a buffer outside the arena is a parameter");
                     st.params[&i].1.addr(0)
                 }
             };
@@ -542,12 +583,38 @@ impl AscendModule {
             }
             outs.push(t);
         }
-        Ok(outs)
+        let mut after = Vec::new();
+        for (&i, t) in g.state.iter().zip(g.state.iter().map(|&i| inputs[i])) {
+            let mut bytes = vec![0u8; t.nbytes()];
+            st.params[&i].1.download(0, &mut bytes)?;
+            after.push(bytes);
+        }
+        Ok((outs, after))
+    }
+
+    /// `reference` of a graph with state (see `Module::reference_with_state`).
+    pub fn reference_with_state(
+        &self,
+        inputs: &[&Tensor],
+        state: &mut [&mut Tensor],
+        call_dims: &[(&str, i64)],
+    ) -> Result<Vec<Tensor>> {
+        crate::exec::reference_with_state(&self.graph, inputs, state, call_dims)
     }
 
     /// Run the reference interpreter on the same graph.
     pub fn reference(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let dims = bind_inputs(&self.graph, inputs)?;
         crate::reference::run(&self.graph, inputs, &dims)
+    }
+}
+
+/// The parameter whose device copy buffer `b` is: a parameter itself, or a cache write (whose
+/// result is its cache, written in place).
+fn param_of(g: &Graph, b: NodeId) -> Option<usize> {
+    match &g.node(b).op {
+        Op::Param { index } => Some(*index),
+        Op::CacheWrite { .. } => param_of(g, g.node(b).inputs[0]),
+        _ => None,
     }
 }

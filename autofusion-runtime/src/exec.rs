@@ -305,6 +305,13 @@ impl Module {
         for (i, p) in g.param_nodes().iter().enumerate() {
             locs.insert(*p, Loc::Param(i));
         }
+        // A cache_write's result is its cache, written in place: checked to fit first.
+        for w in g.state_writes() {
+            cache_write_fits(g, w, &bind)?;
+            if let Op::Param { index } = g.node(g.node(w).inputs[0]).op {
+                locs.insert(w, Loc::Param(index));
+            }
+        }
         let mut footprint = Footprint::default();
         let mut out_shapes = Vec::new();
         let mut out_bytes = Some(0usize);
@@ -420,16 +427,59 @@ impl Module {
 
     /// Run the fused kernels.
     pub fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        self.run_inner(inputs, None)
+        self.stateless()?;
+        let dims = self.bind(inputs)?;
+        self.run_inner(&CallParams::of(inputs), &dims, None)
+    }
+
+    /// Run a graph that keeps state between calls (`Graph::state`: KV caches it writes in
+    /// place): `inputs` are its other parameters in order, `state` its state parameters in
+    /// order (written by the call), `call_dims` the dims no parameter's shape carries (the
+    /// position `P` of a KV cache's first new row). A call that would write outside a cache is
+    /// an `Err` before anything runs.
+    pub fn run_with_state(
+        &self,
+        inputs: &[&Tensor],
+        state: &mut [&mut Tensor],
+        call_dims: &[(&str, i64)],
+    ) -> Result<Vec<Tensor>> {
+        let dims = self.bind_with_state(inputs, state, call_dims)?;
+        let params = CallParams::with_state(&self.meta.graph, inputs, state);
+        self.run_inner(&params, &dims, None)
+    }
+
+    /// `run_with_state` in the reference interpreter.
+    pub fn reference_with_state(
+        &self,
+        inputs: &[&Tensor],
+        state: &mut [&mut Tensor],
+        call_dims: &[(&str, i64)],
+    ) -> Result<Vec<Tensor>> {
+        reference_with_state(&self.meta.graph, inputs, state, call_dims)
+    }
+
+    fn stateless(&self) -> Result<()> {
+        stateless(&self.meta.graph)
+    }
+
+    fn bind_with_state(
+        &self,
+        inputs: &[&Tensor],
+        state: &[&mut Tensor],
+        call_dims: &[(&str, i64)],
+    ) -> Result<Vec<i64>> {
+        bind_with_state(&self.meta.graph, inputs, state, call_dims)
     }
 
     /// Median wall time of each kernel over `reps` runs, in microseconds (kernels launched one
     /// by one, pipeline off): for benchmarks of the cost model.
     pub fn time_kernels(&self, inputs: &[&Tensor], reps: usize) -> Result<Vec<f64>> {
+        self.stateless()?;
+        let dims = self.bind(inputs)?;
         let mut all: Vec<Vec<f64>> = vec![Vec::new(); self.meta.kernels.len()];
         for _ in 0..reps.max(1) {
             let mut t = vec![0.0; self.meta.kernels.len()];
-            self.run_inner(inputs, Some(&mut t))?;
+            self.run_inner(&CallParams::of(inputs), &dims, Some(&mut t))?;
             for (k, v) in t.into_iter().enumerate() {
                 all[k].push(v);
             }
@@ -445,10 +495,11 @@ impl Module {
 
     fn run_inner(
         &self,
-        inputs: &[&Tensor],
+        params: &CallParams,
+        dims: &[i64],
         mut times: Option<&mut Vec<f64>>,
     ) -> Result<Vec<Tensor>> {
-        let dims = self.bind(inputs)?;
+        let dims = dims.to_vec();
         let plan = self.shape_plan(&dims)?;
         let g = &self.meta.graph;
         plan.footprint.check(&g.name, &plan.dims_text, self.memory_limit())?;
@@ -481,7 +532,7 @@ impl Module {
         let ptr_of = |id: NodeId| -> *mut c_void {
             match *plan.locs.get(&id).unwrap_or_else(|| panic!("{}: no location for {id}", g.name))
             {
-                Loc::Param(i) => inputs[i].as_ptr() as *mut c_void,
+                Loc::Param(i) => params.ptrs[i],
                 Loc::Output(i) => out_ptrs[i] as *mut c_void,
                 // SAFETY: offsets are within `arena_bytes`, which the arena holds.
                 Loc::Arena(off) => unsafe { arena_ptr.add(off) as *mut c_void },
@@ -497,7 +548,7 @@ impl Module {
         let mut held = Vec::new();
         for (ki, k) in self.meta.kernels.iter().enumerate() {
             for j in 0..k.packs.len() {
-                let p = self.packed_operand(ki, j, inputs, &dims, &mut all_bufs[ki], &plan)?;
+                let p = self.packed_operand(ki, j, params, &dims, &mut all_bufs[ki], &plan)?;
                 all_bufs[ki].push(p.data.as_ptr() as *mut c_void);
                 held.push(p);
             }
@@ -597,7 +648,7 @@ impl Module {
         &self,
         ki: usize,
         j: usize,
-        inputs: &[&Tensor],
+        params: &CallParams,
         dims: &[i64],
         bufs: &mut Vec<*mut c_void>,
         plan: &ShapePlan,
@@ -614,9 +665,16 @@ impl Module {
                 ),
             });
         };
+        // The compiler never packs a state parameter (its contents change in place).
+        let Some(weight) = params.tensors[pi] else {
+            return Err(Error::Module {
+                symbol: self.symbol.clone(),
+                msg: format!("pack {} reads state parameter `{}`", p.func, g.params[pi]),
+            });
+        };
         let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
         let eval = |d: &autofusion_ir::dim::DimExpr| d.eval(&bind).unwrap_or(0);
-        let key = PackKey::new(inputs[pi].stamp(), p, &eval);
+        let key = PackKey::new(weight.stamp(), p, &eval);
         let mine = self
             .held_packs()
             .get(&(ki, j))
@@ -632,7 +690,7 @@ impl Module {
         let list = held.entry((ki, j)).or_default();
         // One copy per tensor: the same tensor read at other extents replaces its old copy.
         list.retain(|h| h.packed.key.stamp() != packed.key.stamp());
-        list.push(HeldPack { tensor: inputs[pi].liveness(), packed: packed.clone() });
+        list.push(HeldPack { tensor: weight.liveness(), packed: packed.clone() });
         Ok(packed)
     }
 
@@ -713,6 +771,178 @@ impl Module {
     pub fn op_count(&self) -> usize {
         self.meta.graph.kernel_op_count()
     }
+}
+
+/// A stateful call in the reference interpreter: the outputs, and `state` left as the graph
+/// leaves it.
+pub(crate) fn reference_with_state(
+    g: &Graph,
+    inputs: &[&Tensor],
+    state: &mut [&mut Tensor],
+    call_dims: &[(&str, i64)],
+) -> Result<Vec<Tensor>> {
+    let dims = bind_with_state(g, inputs, state, call_dims)?;
+    let all = merge_state(g, inputs, state.iter().map(|t| &**t).collect());
+    let (outputs, after) = reference::run_with_state(g, &all, &dims)?;
+    drop(all);
+    for (t, new) in state.iter_mut().zip(after) {
+        **t = new;
+    }
+    Ok(outputs)
+}
+
+/// `run`'s refusal of a graph that needs state or dims from the caller.
+pub(crate) fn stateless(g: &Graph) -> Result<()> {
+    let free = caller_dims(g);
+    if g.state.is_empty() && free.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Dims {
+        graph: g.name.clone(),
+        msg: format!(
+            "the graph keeps state ({}) or takes dims from the caller ({}): call it with run_with_state",
+            g.state.iter().map(|&i| g.params[i].as_str()).collect::<Vec<_>>().join(", "),
+            free.join(", ")
+        ),
+    })
+}
+
+/// Check a stateful call's arguments and bind its dims (see `run_with_state`).
+pub(crate) fn bind_with_state(
+    g: &Graph,
+    inputs: &[&Tensor],
+    state: &[&mut Tensor],
+    call_dims: &[(&str, i64)],
+) -> Result<Vec<i64>> {
+    if state.len() != g.state.len() || inputs.len() + state.len() != g.params.len() {
+        return Err(Error::Dims {
+            graph: g.name.clone(),
+            msg: format!(
+                "takes {} inputs and {} state tensors, got {} and {}",
+                g.params.len() - g.state.len(),
+                g.state.len(),
+                inputs.len(),
+                state.len()
+            ),
+        });
+    }
+    let all = merge_state(g, inputs, state.iter().map(|t| &**t).collect());
+    let mut dims = bind_inputs(g, &all)?;
+    let free = caller_dims(g);
+    for (name, v) in call_dims {
+        let Some(k) = free.iter().position(|d| d == name) else {
+            let why = if g.dyn_dims.iter().any(|d| d == name) {
+                "is bound from the parameters' shapes"
+            } else {
+                "is not a dim of the graph"
+            };
+            return Err(Error::Dims {
+                graph: g.name.clone(),
+                msg: format!("call dim `{name}` {why} (the caller gives {free:?})"),
+            });
+        };
+        if *v < 0 {
+            return Err(Error::Dims {
+                graph: g.name.clone(),
+                msg: format!("call dim `{name}` = {v} is negative"),
+            });
+        }
+        dims[g.dim_index(&free[k])] = *v;
+    }
+    if let Some(missing) = free.iter().find(|d| !call_dims.iter().any(|(n, _)| n == d)) {
+        return Err(Error::Dims {
+            graph: g.name.clone(),
+            msg: format!("call dim `{missing}` is not given"),
+        });
+    }
+    Ok(dims)
+}
+
+/// `Err` unless cache_write `w` writes inside its cache at these dims.
+pub(crate) fn cache_write_fits(
+    g: &Graph,
+    w: NodeId,
+    bind: &dyn Fn(&str) -> Option<i64>,
+) -> Result<()> {
+    let n = g.node(w);
+    let Op::CacheWrite { axis, start } = &n.op else { return Ok(()) };
+    let eval = |d: &autofusion_ir::dim::DimExpr| {
+        d.eval(bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })
+    };
+    let (cache, new) = (g.node(n.inputs[0]), g.node(n.inputs[1]));
+    let (p, s, t) = (eval(start)?, eval(&new.shape[*axis])?, eval(&cache.shape[*axis])?);
+    if p < 0 || p.checked_add(s).is_none_or(|end| end > t) {
+        return Err(Error::Dims {
+            graph: g.name.clone(),
+            msg: format!(
+                "cache_write `{}` would write positions {p} .. {} of state `{}`, which holds {t} ({start} = {p}, {} new); nothing was written",
+                n.name,
+                p.saturating_add(s),
+                cache.name,
+                s
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A call's parameters by parameter index: the tensors the module may read as weights (`None`
+/// for state, which is never packed) and where each parameter's memory is.
+struct CallParams<'a> {
+    tensors: Vec<Option<&'a Tensor>>,
+    ptrs: Vec<*mut c_void>,
+}
+
+impl<'a> CallParams<'a> {
+    fn of(inputs: &[&'a Tensor]) -> CallParams<'a> {
+        CallParams {
+            tensors: inputs.iter().map(|t| Some(*t)).collect(),
+            // Kernels never write a parameter that is not state.
+            ptrs: inputs.iter().map(|t| t.as_ptr() as *mut c_void).collect(),
+        }
+    }
+    /// The state tensors get new stamps: their contents are about to change.
+    fn with_state(g: &Graph, inputs: &[&'a Tensor], state: &mut [&mut Tensor]) -> CallParams<'a> {
+        let n = g.params.len();
+        let (mut tensors, mut ptrs) = (vec![None; n], vec![std::ptr::null_mut(); n]);
+        let mut ins = inputs.iter();
+        let mut st = state.iter_mut();
+        for i in 0..n {
+            if g.state.contains(&i) {
+                ptrs[i] = st.next().expect("counts checked").as_mut_ptr() as *mut c_void;
+            } else {
+                let t = ins.next().expect("counts checked");
+                tensors[i] = Some(*t);
+                ptrs[i] = t.as_ptr() as *mut c_void;
+            }
+        }
+        CallParams { tensors, ptrs }
+    }
+}
+
+/// All parameters of `g` in order: `inputs` and `state` interleaved as `g.state` says.
+pub(crate) fn merge_state<'a>(
+    g: &Graph,
+    inputs: &[&'a Tensor],
+    state: Vec<&'a Tensor>,
+) -> Vec<&'a Tensor> {
+    let (mut ins, mut st) = (inputs.iter().copied(), state.into_iter());
+    (0..g.params.len())
+        .filter_map(|i| if g.state.contains(&i) { st.next() } else { ins.next() })
+        .collect()
+}
+
+/// The dynamic dims of `g` that no parameter's shape carries: the caller gives them
+/// (`run_with_state`).
+pub fn caller_dims(g: &Graph) -> Vec<String> {
+    let pnodes = g.param_nodes();
+    g.dyn_dims
+        .iter()
+        .filter(|d| {
+            !pnodes.iter().any(|p| g.node(*p).shape.iter().any(|e| e.as_sym() == Some(d.as_str())))
+        })
+        .cloned()
+        .collect()
 }
 
 /// Check dtypes and shapes of `inputs` against `g`'s parameters and bind the dynamic dims.

@@ -103,6 +103,28 @@ fn elementwise(shape: &[usize], ins: &[&Arr], f: impl Fn(&[f64], &[usize]) -> f6
 
 /// Run the canonical graph `g` on `inputs` (already validated) with dynamic dims `dims`.
 pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
+    Ok(run_with_state(g, inputs, dims)?.0)
+}
+
+/// `run`, also returning the state parameters as the graph leaves them (in `g.state` order):
+/// each one's `cache_write` result.
+pub fn run_with_state(
+    g: &Graph,
+    inputs: &[&Tensor],
+    dims: &[i64],
+) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
+    let vals = values_of_all(g, inputs, dims)?;
+    let tensor_of = |id: autofusion_ir::ir::NodeId| {
+        let a = vals[id.idx()].as_ref().expect("every node is computed");
+        tensor(&a.shape, &a.data, g.node(id).dtype)
+    };
+    let outputs = g.outputs.iter().map(|o| tensor_of(*o)).collect::<Result<_>>()?;
+    let states = g.state_writes().into_iter().map(tensor_of).collect::<Result<_>>()?;
+    Ok((outputs, states))
+}
+
+/// The value of every node of `g`.
+fn values_of_all(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Option<Arr>>> {
     let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
     let mut vals: Vec<Option<Arr>> = vec![None; g.nodes.len()];
     for id in g.ids() {
@@ -144,6 +166,14 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
                 slice(ins[0], *axis, s0, &shape)
             }
             Op::Concat { axis } => concat(&ins, *axis, &shape),
+            Op::CacheWrite { axis, start } => {
+                let s0 =
+                    start.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })?;
+                cache_write(ins[0], ins[1], *axis, s0).map_err(|msg| Error::Dims {
+                    graph: g.name.clone(),
+                    msg: format!("cache_write `{}`: {msg}", n.name),
+                })?
+            }
             op => {
                 return Err(Error::Module {
                     symbol: g.name.clone(),
@@ -157,13 +187,33 @@ pub fn run(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Tensor>> {
         round(n.dtype, &mut out.data);
         vals[id.idx()] = Some(out);
     }
-    g.outputs
-        .iter()
-        .map(|o| {
-            let a = vals[o.idx()].as_ref().unwrap();
-            tensor(&a.shape, &a.data, g.node(*o).dtype)
-        })
-        .collect()
+    Ok(vals)
+}
+
+/// `cache` with `new` written at `start` along `axis`.
+fn cache_write(
+    cache: &Arr,
+    new: &Arr,
+    axis: usize,
+    start: i64,
+) -> std::result::Result<Arr, String> {
+    let (t, s) = (cache.shape[axis] as i64, new.shape[axis] as i64);
+    if start < 0 || start + s > t {
+        return Err(format!("positions {start} .. {} are outside the cache's {t}", start + s));
+    }
+    let mut out = cache.clone();
+    let cs = strides(&cache.shape);
+    let mut k = 0;
+    for_each_index(&new.shape, |idx| {
+        let at: usize = idx
+            .iter()
+            .enumerate()
+            .map(|(d, &i)| (i + if d == axis { start as usize } else { 0 }) * cs[d])
+            .sum();
+        out.data[at] = new.data[k];
+        k += 1;
+    });
+    Ok(out)
 }
 
 /// A tensor's elements as the reference holds them.

@@ -9,6 +9,7 @@
 //! DynamicTiling (`autofusion-runtime/src/tiling/`) if it splits work differently from the
 //! kinds there. ARCHITECTURE.md lists the files.
 
+pub(crate) mod cache_write;
 pub(crate) mod concat;
 pub(crate) mod flash;
 pub(crate) mod horizontal;
@@ -46,8 +47,14 @@ pub(crate) trait KernelKind: Sync {
 }
 
 /// The registered kinds: one line each.
-const KINDS: &[&dyn KernelKind] =
-    &[&rows::Rows, &matmul::MatMul, &concat::Concat, &flash::Flash, &horizontal::Horizontal];
+const KINDS: &[&dyn KernelKind] = &[
+    &rows::Rows,
+    &matmul::MatMul,
+    &concat::Concat,
+    &flash::Flash,
+    &horizontal::Horizontal,
+    &cache_write::CacheWrite,
+];
 
 /// Matmul and attention kernels hold their prologues and epilogues in f32 registers next to
 /// the products: every member, and every value a member reads, is a float, and no member is a

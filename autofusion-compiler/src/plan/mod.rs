@@ -183,6 +183,7 @@ pub fn plan_from(
         let kind = match g.node(id).op {
             Op::MatMul => GroupKind::MatMul,
             Op::Concat { .. } => GroupKind::Concat,
+            Op::CacheWrite { .. } => GroupKind::CacheWrite,
             _ => GroupKind::Elementwise,
         };
         WGroup {

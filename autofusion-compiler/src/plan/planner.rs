@@ -268,7 +268,10 @@ impl<'a> Planner<'a> {
         let opaque = |i: usize| {
             matches!(
                 self.w(i).kind,
-                GroupKind::Concat | GroupKind::FlashAttention | GroupKind::Horizontal
+                GroupKind::Concat
+                    | GroupKind::FlashAttention
+                    | GroupKind::Horizontal
+                    | GroupKind::CacheWrite
             )
         };
         if opaque(a) || opaque(b) {

@@ -953,6 +953,49 @@ impl K<'_> {
     }
 }
 
+/// One chunk of a row copied through UB: columns `c0 .. min(c0 + CH, c_hi)` of `src` (its
+/// offsets corrected by `fix`) to `dst[row + c0 ..]` of `(dst, row)`, through queue `q`. The
+/// copy kernels (concat, cache writes) are this in a row loop.
+pub(crate) fn copy_chunk(
+    c: &mut Code,
+    q: &str,
+    d: DType,
+    src: &Src,
+    fix: &str,
+    (dst, row): (&str, &str),
+    c_hi: &str,
+) {
+    let ty = ascend_type(d);
+    let _ = writeln!(c, "const int32_t cn = (int32_t)af_min(CH, ({c_hi}) - c0);");
+    let _ = writeln!(c, "AscendC::LocalTensor<{ty}> x = {q}.AllocTensor<{ty}>();");
+    match src {
+        Src::Row { gm, off, .. } => {
+            c.line(pad_in("x", &format!("{gm}[{off} {fix} + c0]"), ty));
+        }
+        Src::Scalar { gm, off, .. } => {
+            let _ = writeln!(
+                c,
+                "for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {gm}.GetValue({off} {fix}));"
+            );
+        }
+        Src::Gather { gm, off, stride, .. } => {
+            let _ = writeln!(c, "for (int32_t j = 0; j < cn; ++j) x.SetValue(j, {gm}.GetValue({off} {fix} + (c0 + j) * ({stride})));");
+        }
+    }
+    let _ = writeln!(c, "{q}.EnQue(x);");
+    let _ = writeln!(c, "x = {q}.DeQue<{ty}>();");
+    c.line("AscendC::PipeBarrier<PIPE_ALL>(); /* the copy out reads what MTE2 / the scalar unit wrote */");
+    if by_scalar_unit(d) {
+        c.block("for (int32_t j = 0; j < cn; ++j)", |c| {
+            let _ = writeln!(c, "{dst}.SetValue((uint64_t)({row} + c0 + j), x.GetValue((uint32_t)j));");
+            let _ = writeln!(c, "AscendC::DataCacheCleanAndInvalid<{ty}, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>({dst}[(uint64_t)({row} + c0 + j)]);");
+        });
+    } else {
+        c.line(pad_out(&format!("{dst}[{row} + c0]"), "x", ty));
+    }
+    let _ = writeln!(c, "{q}.FreeTensor(x);");
+}
+
 /// The row offsets of every access of `sp` for row `row` (named `<tag>_row<a>`).
 pub(crate) fn row_offsets(em: &Emitter, sp: &Space, row: &str, out: &mut Code) {
     let mut pro = Code::new();

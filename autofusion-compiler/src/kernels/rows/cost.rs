@@ -24,8 +24,12 @@ pub(crate) fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
     let ins = &k.ins;
     let outs = &k.outs;
     let one_block = |tiles: f64, flops: Option<f64>| k.one_block(tiles, flops);
+    let first = *members.iter().next().ok_or("an empty group")?;
     let space = if kind == GroupKind::Concat {
-        g.node(*members.iter().next().unwrap()).shape.clone()
+        g.node(first).shape.clone()
+    } else if kind == GroupKind::CacheWrite {
+        // The new rows (input 1), not the whole cache.
+        g.node(g.node(first).inputs[1]).shape.clone()
     } else {
         space_of(g, &members.iter().copied().collect::<Vec<_>>())
             .ok_or("members iterate over different shapes")?
@@ -33,7 +37,12 @@ pub(crate) fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
     let n = cx.n(space.last().unwrap()).max(1.0);
     let rows = cx.n(&numel(&space[..space.len() - 1])).max(1.0);
     let in_bytes: f64 = ins.iter().map(|i| cx.bytes(*i)).sum();
-    let bytes = in_bytes + out_bytes;
+    let bytes = if kind == GroupKind::CacheWrite {
+        // Reads the new rows, writes as many into the cache; the rest of the cache is untouched.
+        2.0 * cx.bytes(g.node(first).inputs[1])
+    } else {
+        in_bytes + out_bytes
+    };
     // Streams per row (inputs and outputs at full width) and values kept across phases.
     let full =
         |id: NodeId| cx.n(g.node(id).shape.last().unwrap_or(&DimExpr::constant(1))) >= n && n > 1.0;
@@ -78,7 +87,7 @@ pub(crate) fn rows_cost(k: &Kernel) -> Result<KernelCost, String> {
 /// The loops a rows kernel makes over each row: the generators' schedule (`RowPhases`), at
 /// least one; a concat copies each row once.
 fn row_passes(g: &Graph, kind: GroupKind, members: &BTreeSet<NodeId>, space: &Shape) -> usize {
-    if kind == GroupKind::Concat {
+    if matches!(kind, GroupKind::Concat | GroupKind::CacheWrite) {
         return 1;
     }
     let nodes: Vec<NodeId> = members.iter().copied().collect();

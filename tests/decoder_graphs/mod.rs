@@ -1,0 +1,146 @@
+//! A Llama-style decoder layer with a KV cache kept between calls (shared by
+//! `tests/kv_cache.rs` and `tests/ascend.rs`): RMSNorm, Q/K/V projections, RoPE at the
+//! absolute positions `P .. P + S` (rows of full cos/sin tables), the new keys and values
+//! written into the caches at `P` (`cache_write`), grouped-query attention over the first
+//! `P + S` cached positions with the causal mask aligned to the bottom-right corner (query i
+//! at position P + i sees keys 0 ..= P + i), the output projection, and a SwiGLU MLP.
+//! The caches are `[KVH, 1, T, DH]`: the `1` broadcasts each KV head over its G query heads
+//! with no copy.
+#![allow(dead_code)]
+
+use autofusion::{DType, Tensor};
+use autofusion_compiler::dim::DimExpr;
+use autofusion_compiler::ir::{BinaryOp, Graph, Op, UnaryOp};
+use autofusion_compiler::GraphBuilder;
+
+/// Sizes of the test layer: hidden, query heads, KV heads, head dim, MLP width.
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    pub d: i64,
+    pub h: i64,
+    pub kvh: i64,
+    pub dh: i64,
+    pub f: i64,
+}
+
+pub const SMALL: Sizes = Sizes { d: 32, h: 4, kvh: 2, dh: 8, f: 48 };
+
+pub fn decoder_layer(z: Sizes) -> Graph {
+    let c = DimExpr::constant;
+    let mut g = GraphBuilder::new("decoder_kv");
+    let (s, t) = (DimExpr::sym("S"), DimExpr::sym("T"));
+    let x = g.param("x", DType::F32, vec![s.clone(), c(z.d)]);
+    let cos = g.param("cos", DType::F32, vec![t.clone(), c(z.dh)]);
+    let sin = g.param("sin", DType::F32, vec![t.clone(), c(z.dh)]);
+    let ln1 = g.param("attn_norm", DType::F32, vec![c(z.d)]);
+    let wq = g.param("w_q", DType::F32, vec![c(z.d), c(z.h * z.dh)]);
+    let wk = g.param("w_k", DType::F32, vec![c(z.d), c(z.kvh * z.dh)]);
+    let wv = g.param("w_v", DType::F32, vec![c(z.d), c(z.kvh * z.dh)]);
+    let wo = g.param("w_o", DType::F32, vec![c(z.h * z.dh), c(z.d)]);
+    let ln2 = g.param("mlp_norm", DType::F32, vec![c(z.d)]);
+    let wg = g.param("w_gate", DType::F32, vec![c(z.d), c(z.f)]);
+    let wu = g.param("w_up", DType::F32, vec![c(z.d), c(z.f)]);
+    let wd = g.param("w_down", DType::F32, vec![c(z.f), c(z.d)]);
+    let cache = vec![c(z.kvh), c(1), t.clone(), c(z.dh)];
+    let k_cache = g.state("k_cache", DType::F32, cache.clone());
+    let v_cache = g.state("v_cache", DType::F32, cache);
+    let p = g.call_dim("P");
+    let end = p.add(&s);
+    let g_heads = z.h / z.kvh;
+
+    let xn = g.op(Op::RmsNorm { eps: 1e-5 }, &[x, ln1], "xn").unwrap();
+    // The tables' rows for positions P .. P + S.
+    let cos_s = slice(&mut g, cos, 0, p.clone(), end.clone(), "cos_s");
+    let sin_s = slice(&mut g, sin, 0, p.clone(), end.clone(), "sin_s");
+    // [S, heads * DH] -> [KVH, heads / KVH, S, DH]
+    let heads = |g: &mut GraphBuilder, w, per_kv: i64, name: &str| {
+        let y = g.matmul(xn, w, name).unwrap();
+        let y = g.reshape(y, vec![s.clone(), c(z.kvh), c(per_kv), c(z.dh)], name).unwrap();
+        g.op(Op::Transpose { perm: vec![1, 2, 0, 3] }, &[y], name).unwrap()
+    };
+    let q = heads(&mut g, wq, g_heads, "q");
+    let q = g.op(Op::Rope, &[q, cos_s, sin_s], "q_rope").unwrap();
+    let k = heads(&mut g, wk, 1, "k");
+    let k = g.op(Op::Rope, &[k, cos_s, sin_s], "k_rope").unwrap();
+    let v = heads(&mut g, wv, 1, "v");
+    let k_all = g.cache_write(k_cache, k, 2, p.clone(), "k_all").unwrap();
+    let v_all = g.cache_write(v_cache, v, 2, p.clone(), "v_all").unwrap();
+    let k_vis = slice(&mut g, k_all, 2, c(0), end.clone(), "k_vis");
+    let v_vis = slice(&mut g, v_all, 2, c(0), end.clone(), "v_vis");
+    let scale = 1.0 / (z.dh as f64).sqrt();
+    let att = g
+        .op(Op::Attention { scale, causal: true, mask: false }, &[q, k_vis, v_vis], "att")
+        .unwrap();
+    // [KVH, G, S, DH] -> [S, H * DH]
+    let att = g.op(Op::Transpose { perm: vec![2, 0, 1, 3] }, &[att], "att_t").unwrap();
+    let att = g.op(Op::Copy, &[att], "att_c").unwrap();
+    let att = g.reshape(att, vec![s.clone(), c(z.h * z.dh)], "att_r").unwrap();
+    let o = g.matmul(att, wo, "o").unwrap();
+    let x1 = g.binary(BinaryOp::Add, x, o, "x1").unwrap();
+    let xn2 = g.op(Op::RmsNorm { eps: 1e-5 }, &[x1, ln2], "xn2").unwrap();
+    let gate = g.matmul(xn2, wg, "gate").unwrap();
+    let gate = g.unary(UnaryOp::Silu, gate, "gate_act").unwrap();
+    let up = g.matmul(xn2, wu, "up").unwrap();
+    let hmid = g.binary(BinaryOp::Mul, gate, up, "h").unwrap();
+    let down = g.matmul(hmid, wd, "down").unwrap();
+    let out = g.binary(BinaryOp::Add, x1, down, "out").unwrap();
+    g.output(out);
+    g.finish().unwrap()
+}
+
+fn slice(
+    g: &mut GraphBuilder,
+    x: autofusion_compiler::ir::NodeId,
+    axis: usize,
+    start: DimExpr,
+    end: DimExpr,
+    name: &str,
+) -> autofusion_compiler::ir::NodeId {
+    g.op(Op::Slice { axis, start, end }, &[x], name).unwrap()
+}
+
+/// RoPE tables for positions 0 .. t (Hugging Face's rotate-half layout, theta 10000).
+pub fn rope_tables(t: usize, dh: usize) -> (Tensor, Tensor) {
+    let (mut cos, mut sin) = (Vec::with_capacity(t * dh), Vec::with_capacity(t * dh));
+    for pos in 0..t {
+        for j in 0..dh {
+            let inv = 1.0 / 10000f64.powf((2 * (j % (dh / 2))) as f64 / dh as f64);
+            let a = pos as f64 * inv;
+            cos.push(a.cos() as f32);
+            sin.push(a.sin() as f32);
+        }
+    }
+    (Tensor::from_f32(&[t, dh], cos).unwrap(), Tensor::from_f32(&[t, dh], sin).unwrap())
+}
+
+/// The layer's weights (seeded), in parameter order after x, cos and sin.
+pub fn weights(z: Sizes, seed: u64) -> Vec<Tensor> {
+    let (d, hd, kd, f) =
+        (z.d as usize, (z.h * z.dh) as usize, (z.kvh * z.dh) as usize, z.f as usize);
+    let norm = |n: usize, s: u64| {
+        let r = Tensor::randn(&[n], 0.1, s).to_f32_vec();
+        Tensor::from_f32(&[n], r.iter().map(|v| v + 1.0).collect()).unwrap()
+    };
+    let w = |k: usize, n: usize, s: u64| Tensor::randn(&[k, n], 1.0 / (k as f32).sqrt(), s);
+    vec![
+        norm(d, seed),
+        w(d, hd, seed + 1),
+        w(d, kd, seed + 2),
+        w(d, kd, seed + 3),
+        w(hd, d, seed + 4),
+        norm(d, seed + 5),
+        w(d, f, seed + 6),
+        w(d, f, seed + 7),
+        w(f, d, seed + 8),
+    ]
+}
+
+/// Empty caches of `t` positions.
+pub fn caches(z: Sizes, t: usize) -> (Tensor, Tensor) {
+    let shape = [z.kvh as usize, 1, t, z.dh as usize];
+    let n = shape.iter().product();
+    (
+        Tensor::from_f32(&shape, vec![0.0; n]).unwrap(),
+        Tensor::from_f32(&shape, vec![0.0; n]).unwrap(),
+    )
+}

@@ -1,0 +1,148 @@
+//! State in graphs: a decoder layer whose KV caches are parameters it writes in place
+//! (`cache_write` at the caller's position `P`), with RoPE at absolute positions, the causal
+//! mask offset by `P` and grouped-query attention reading each KV head for its query heads.
+//! At every opt level: a prefill and single-token steps match the reference interpreter (and
+//! leave the same caches), a prefill of S tokens gives what S single steps give, and a call
+//! that would write past the cache is an error that writes nothing.
+
+mod common;
+
+#[path = "decoder_graphs/mod.rs"]
+mod decoder_graphs;
+
+use autofusion::{Module, Tensor};
+use autofusion_compiler::{target::Target, Options, Unit, Variant};
+use decoder_graphs::{caches, decoder_layer, rope_tables, weights, Sizes, SMALL};
+use std::path::PathBuf;
+
+const T: usize = 24;
+
+fn module(level: u8) -> Module {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_cache");
+    let opts = Options { opt_level: level, ..Options::default() };
+    let unit = Unit::from_graph(decoder_layer(SMALL), opts).unwrap();
+    common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap()
+}
+
+/// Rows `from .. from + n` of the token embeddings `x` (`[len, d]`).
+fn rows(x: &Tensor, from: usize, n: usize) -> Tensor {
+    let d = x.shape()[1];
+    let v = x.to_f32_vec()[from * d..(from + n) * d].to_vec();
+    Tensor::from_f32(&[n, d], v).unwrap()
+}
+
+/// Run `steps` (token counts) one call after another from position 0; returns the outputs
+/// of every call, concatenated, and the caches left behind.
+fn generate(
+    m: &Module,
+    z: Sizes,
+    x: &Tensor,
+    steps: &[usize],
+    reference: bool,
+) -> (Vec<f32>, [Tensor; 2]) {
+    let (cos, sin) = rope_tables(T, z.dh as usize);
+    let w = weights(z, 7);
+    let (mut kc, mut vc) = caches(z, T);
+    let mut out = Vec::new();
+    let mut p = 0;
+    for &s in steps {
+        let xs = rows(x, p, s);
+        let mut ins: Vec<&Tensor> = vec![&xs, &cos, &sin];
+        ins.extend(w.iter());
+        let mut state = [&mut kc, &mut vc];
+        let dims = [("P", p as i64)];
+        let y = if reference {
+            m.reference_with_state(&ins, &mut state, &dims)
+        } else {
+            m.run_with_state(&ins, &mut state, &dims)
+        }
+        .unwrap_or_else(|e| panic!("call at P = {p}, S = {s}: {e}"));
+        out.extend(y[0].to_f32_vec());
+        p += s;
+    }
+    (out, [kc, vc])
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn prefill_and_decode_steps_match_the_reference_at_every_opt_level() {
+    let z = SMALL;
+    let x = Tensor::randn(&[12, z.d as usize], 1.0, 3);
+    let steps = [5, 1, 1, 3, 1, 1];
+    for level in 0..=3u8 {
+        let m = module(level);
+        let (got, got_caches) = generate(&m, z, &x, &steps, false);
+        let (want, want_caches) = generate(&m, z, &x, &steps, true);
+        let what = format!("opt_level {level}");
+        let d = max_diff(&got, &want);
+        assert!(d <= 1e-4, "{what}: outputs differ from the reference by {d}");
+        for (g, w) in got_caches.iter().zip(&want_caches) {
+            let d = g.max_abs_diff(w).unwrap();
+            assert!(d <= 1e-5, "{what}: caches differ from the reference's by {d}");
+        }
+        // Rows past the 12 positions written are still zero.
+        let k = got_caches[0].to_f32_vec();
+        let dh = z.dh as usize;
+        for head in 0..z.kvh as usize {
+            let tail = &k[(head * T + 12) * dh..(head + 1) * T * dh];
+            assert!(tail.iter().all(|v| *v == 0.0), "{what}: rows past P + S untouched");
+        }
+        eprintln!("{what}: {} kernels, max |fused - reference| = {d:.1e}", m.meta().kernels.len());
+    }
+}
+
+#[test]
+fn a_prefill_of_s_tokens_equals_s_single_steps() {
+    let z = SMALL;
+    let x = Tensor::randn(&[9, z.d as usize], 1.0, 5);
+    for level in [0u8, 3] {
+        let m = module(level);
+        let (all, caches_all) = generate(&m, z, &x, &[9], false);
+        let (steps, caches_steps) = generate(&m, z, &x, &[1; 9], false);
+        let d = max_diff(&all, &steps);
+        assert!(d <= 1e-4, "opt_level {level}: prefill vs steps differ by {d}");
+        for (a, b) in caches_all.iter().zip(&caches_steps) {
+            assert!(a.max_abs_diff(b).unwrap() <= 1e-5, "opt_level {level}: caches");
+        }
+    }
+}
+
+#[test]
+fn a_call_past_the_cache_is_an_error_that_writes_nothing() {
+    let z = SMALL;
+    let m = module(3);
+    let (cos, sin) = rope_tables(T, z.dh as usize);
+    let w = weights(z, 7);
+    let (mut kc, mut vc) = caches(z, T);
+    let kc0 = kc.clone();
+    let xs = Tensor::randn(&[4, z.d as usize], 1.0, 1);
+    let mut ins: Vec<&Tensor> = vec![&xs, &cos, &sin];
+    ins.extend(w.iter());
+    // 22 + 4 > 24.
+    let e = m.run_with_state(&ins, &mut [&mut kc, &mut vc], &[("P", 22)]).unwrap_err().to_string();
+    assert!(e.contains("k_cache") && e.contains("22 .. 26") && e.contains("24"), "{e}");
+    assert_eq!(kc, kc0, "nothing written");
+    // The dims the caller must give, and only those.
+    let e = m.run_with_state(&ins, &mut [&mut kc, &mut vc], &[]).unwrap_err().to_string();
+    assert!(e.contains("`P` is not given"), "{e}");
+    let e = m.run_with_state(&ins, &mut [&mut kc, &mut vc], &[("S", 4)]).unwrap_err().to_string();
+    assert!(e.contains("bound from the parameters"), "{e}");
+    let e = m.run_with_state(&ins, &mut [&mut kc, &mut vc], &[("P", -1)]).unwrap_err().to_string();
+    assert!(e.contains("negative"), "{e}");
+    // A stateful graph through `run`.
+    let mut all = ins.clone();
+    all.extend([&kc0, &kc0]);
+    let e = m.run(&all).unwrap_err().to_string();
+    assert!(e.contains("run_with_state"), "{e}");
+    // Caches too short for the tables: T is bound from both.
+    let (mut short_k, mut short_v) = caches(z, T - 1);
+    let e = m
+        .run_with_state(&ins, &mut [&mut short_k, &mut short_v], &[("P", 0)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("T"), "{e}");
+}
