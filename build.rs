@@ -8,10 +8,11 @@ fn main() {
     if std::env::var_os("CARGO_FEATURE_TEST_GRAPHS").is_none() {
         return;
     }
-    let files: Vec<&str> = ["examples/seed_layer.rs", "tests/layers/mod.rs"]
-        .into_iter()
-        .filter(|f| std::path::Path::new(f).exists())
-        .collect();
+    let files: Vec<&str> =
+        ["examples/seed_layer.rs", "tests/layers/mod.rs", "tests/decoder_graphs/dsl.rs"]
+            .into_iter()
+            .filter(|f| std::path::Path::new(f).exists())
+            .collect();
     // ONNX models built into the tests as modules (`Builder::onnx`): the seed layer as
     // onnxruntime's peer script exports it, and two whole models.
     // Whole Hugging Face models with int64 inputs, as torch.onnx exports them

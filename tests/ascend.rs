@@ -10,6 +10,8 @@ mod batched_graphs;
 mod common;
 #[path = "decoder_graphs/mod.rs"]
 mod decoder_graphs;
+#[path = "decoder_graphs/dsl.rs"]
+mod dsl;
 #[path = "integer_graphs/mod.rs"]
 mod integer_graphs;
 #[path = "layers/mod.rs"]
@@ -257,6 +259,48 @@ fn a_decoder_with_kv_caches_matches_the_reference_on_ascend() {
             p += s;
         }
     }
+}
+
+/// The DSL decoder with caches through its entry point on the device
+/// (`run_on(Device::Ascend(0), .., &mut k_cache, &mut v_cache, p)`), against its reference.
+#[test]
+fn the_dsl_decoder_with_caches_runs_on_the_ascend_device() {
+    use decoder_graphs::{caches, rope_tables, weights, SMALL};
+    let (z, t) = (SMALL, 16usize);
+    let (cos, sin) = rope_tables(t, z.dh as usize);
+    let w = weights(z, 5);
+    let ((mut kc, mut vc), (mut rk, mut rv)) = (caches(z, t), caches(z, t));
+    let mut p = 0;
+    for s in [4usize, 1, 1] {
+        let xs = Tensor::randn(&[s, z.d as usize], 1.0, p as u64);
+        let got = dsl::decoder_kv::run_on(
+            Device::Ascend(0),
+            &xs,
+            &cos,
+            &sin,
+            &w[0],
+            &w[1],
+            &w[2],
+            &w[3],
+            &w[4],
+            &w[5],
+            &w[6],
+            &w[7],
+            &w[8],
+            &mut kc,
+            &mut vc,
+            p,
+        )
+        .unwrap_or_else(|e| panic!("decoder_kv on Ascend at P = {p}: {e}"));
+        let want = dsl::decoder_kv::reference(
+            &xs, &cos, &sin, &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[6], &w[7], &w[8],
+            &mut rk, &mut rv, p,
+        )
+        .unwrap();
+        common::assert_close(&format!("decoder_kv on Ascend at P = {p}"), &[got], &[want]);
+        p += s;
+    }
+    assert!(kc.max_abs_diff(&rk).unwrap() <= 1e-5 && vc.max_abs_diff(&rv).unwrap() <= 1e-5);
 }
 
 /// Integer and bool graphs on the vector unit, which carries them in f32 lanes: values below

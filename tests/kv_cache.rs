@@ -9,6 +9,8 @@ mod common;
 
 #[path = "decoder_graphs/mod.rs"]
 mod decoder_graphs;
+#[path = "decoder_graphs/dsl.rs"]
+mod dsl;
 
 use autofusion::{Module, Tensor};
 use autofusion_compiler::{target::Target, Options, Unit, Variant};
@@ -145,4 +147,73 @@ fn a_call_past_the_cache_is_an_error_that_writes_nothing() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("T"), "{e}");
+}
+
+/// The same layer written with `#[fused_graph]` (`Cache<..>` parameters, `cache_write`, the
+/// position as a `usize` parameter): its typed entry points take the caches `&mut` and the
+/// position, and compute what the built graph computes, fused, unfused and in the reference.
+#[test]
+fn the_dsl_layer_with_caches_runs_through_its_entry_points() {
+    let z = SMALL;
+    let (cos, sin) = rope_tables(T, z.dh as usize);
+    let w = weights(z, 7);
+    let x = Tensor::randn(&[8, z.d as usize], 1.0, 9);
+    let built = module(3);
+    let [(mut k1, mut v1), (mut k2, mut v2), (mut k3, mut v3), (mut k4, mut v4)] =
+        [caches(z, T), caches(z, T), caches(z, T), caches(z, T)];
+    let mut p = 0;
+    for s in [5usize, 1, 2] {
+        let xs = rows(&x, p, s);
+        let fused = dsl::decoder_kv(
+            &xs, &cos, &sin, &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[6], &w[7], &w[8],
+            &mut k1, &mut v1, p,
+        )
+        .unwrap();
+        let unfused = dsl::decoder_kv::unfused(
+            &xs, &cos, &sin, &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[6], &w[7], &w[8],
+            &mut k2, &mut v2, p,
+        )
+        .unwrap();
+        let reference = dsl::decoder_kv::reference(
+            &xs, &cos, &sin, &w[0], &w[1], &w[2], &w[3], &w[4], &w[5], &w[6], &w[7], &w[8],
+            &mut k3, &mut v3, p,
+        )
+        .unwrap();
+        let mut ins: Vec<&Tensor> = vec![&xs, &cos, &sin];
+        ins.extend(w.iter());
+        let from_builder =
+            built.run_with_state(&ins, &mut [&mut k4, &mut v4], &[("P", p as i64)]).unwrap();
+        let at = format!("P = {p}, S = {s}");
+        let want = std::slice::from_ref(&reference);
+        common::assert_close(&format!("fused, {at}"), std::slice::from_ref(&fused), want);
+        common::assert_close(&format!("unfused, {at}"), &[unfused], want);
+        common::assert_close(&format!("GraphBuilder's, {at}"), &from_builder, want);
+        p += s;
+    }
+    for (k, v) in [(&k1, &v1), (&k2, &v2), (&k4, &v4)] {
+        assert!(k.max_abs_diff(&k3).unwrap() <= 1e-5 && v.max_abs_diff(&v3).unwrap() <= 1e-5);
+    }
+    // Past the cache: an error from the entry point, nothing written.
+    let before = k1.clone();
+    let xs = rows(&x, 0, 4);
+    let e = dsl::decoder_kv(
+        &xs,
+        &cos,
+        &sin,
+        &w[0],
+        &w[1],
+        &w[2],
+        &w[3],
+        &w[4],
+        &w[5],
+        &w[6],
+        &w[7],
+        &w[8],
+        &mut k1,
+        &mut v1,
+        T - 2,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("k_cache"), "{e}");
+    assert_eq!(k1, before);
 }

@@ -210,6 +210,9 @@ pub(crate) fn glue(
         n_outputs: g.outputs.len(),
         tuple_return: g.outputs.len() != 1,
         ascend,
+        // ONNX decoders pass their caches as inputs and outputs (past / present).
+        state: Vec::new(),
+        call_dims: Vec::new(),
     };
     let table = weights
         .iter()

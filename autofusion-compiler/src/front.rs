@@ -124,6 +124,12 @@ struct Lower<'a> {
     dyn_dims: Vec<String>,
     consts: ConstPool,
     cur_name: String,
+    /// Parameters that are caches (`Cache<..>`), by parameter index, with their spans.
+    state: Vec<(usize, Span)>,
+    /// Dims the caller gives at each call (`P: usize` parameters), with their spans.
+    call_dims: Vec<(String, Span)>,
+    /// Set while lowering the cache argument of `cache_write`, the one place a cache is read.
+    reading_cache: bool,
 }
 
 fn line_of(span: Span) -> u32 {
@@ -214,7 +220,7 @@ impl<'a> Lower<'a> {
         };
         let syn::Type::Path(tp) = ty else { return bad(self, ty.span()) };
         let seg = tp.path.segments.last().unwrap();
-        if seg.ident != "Tensor" {
+        if seg.ident != "Tensor" && seg.ident != "Cache" {
             return bad(self, ty.span());
         }
         let syn::PathArguments::AngleBracketed(args) = &seg.arguments else {
@@ -310,6 +316,11 @@ impl<'a> Lower<'a> {
         }
     }
 
+    /// Whether `id` is a cache parameter.
+    fn is_cache(&self, id: NodeId) -> bool {
+        matches!(self.nodes[id.idx()].op, Op::Param { index } if self.state.iter().any(|s| s.0 == index))
+    }
+
     fn const_node(&mut self, v: f64, dtype: DType, span: Span) -> NodeId {
         if let Some(id) = self.consts.get(v, dtype) {
             return id;
@@ -322,6 +333,14 @@ impl<'a> Lower<'a> {
 
     fn tensor(&mut self, v: Val, span: Span, what: &str) -> Option<NodeId> {
         match v {
+            Val::T(id) if !self.reading_cache && self.is_cache(id) => {
+                let name = self.nodes[id.idx()].name.clone();
+                self.diags.push(
+                    Diag::new(span, format!("cache `{name}` is read directly"))
+                        .help(format!("a cache is read through what writes it: `let all = cache_write({name}, new, axis, P);`, then use `all`")),
+                );
+                None
+            }
             Val::T(id) => Some(id),
             Val::Poison => None,
             Val::Scalar(_) => {
@@ -674,6 +693,7 @@ impl<'a> Lower<'a> {
                 self.emit(Op::Cast, vec![t], spans, whole, Some((d, &s))).map(Val::T)
             }
             "where_" | "gather" | "cumsum" | "expand" => self.call_indexing(&k),
+            "cache_write" => self.call_cache_write(&k),
             "causal_mask" => {
                 if !arity(self, "1 argument", args.len() == 1) {
                     return None;
@@ -829,6 +849,33 @@ impl<'a> Lower<'a> {
     }
 
     /// `slice` of one axis and `split` into equal parts (a tuple of slices).
+    /// `cache_write(cache, new, axis, start)`: `new` written into the cache parameter at
+    /// `start` along `axis`; the cache after the write.
+    fn call_cache_write(&mut self, k: &Call) -> Option<Val> {
+        let (args, spans, whole) = (&k.args, &k.spans, k.whole);
+        if !k.arity(self, "4 arguments (cache, new, axis, start)", args.len() == 4) {
+            return None;
+        }
+        self.reading_cache = true;
+        let cache = k.tensors(self, &[0]);
+        self.reading_cache = false;
+        let new = k.tensors(self, &[1]);
+        let (cache, new) = (cache?[0], new?[0]);
+        if !self.is_cache(cache) {
+            self.diags.push(
+                Diag::new(
+                    spans[0],
+                    "the first argument of `cache_write` must be a cache parameter",
+                )
+                .help("declare it as `name: Cache<f32, {[KVH, 1, T, DH]}>`"),
+            );
+            return None;
+        }
+        let axis = self.axis(args[2], self.ty(cache).0.len())?;
+        let start = self.dim(args[3], false)?;
+        self.emit(Op::CacheWrite { axis, start }, vec![cache, new], spans, whole, None).map(Val::T)
+    }
+
     fn call_slice_split(&mut self, k: &Call) -> Option<Val> {
         let (name, args, spans, whole) = (&k.name, &k.args, &k.spans, k.whole);
         let arity = |this: &mut Self, want: &str, ok: bool| k.arity(this, want, ok);
@@ -1189,6 +1236,14 @@ impl<'c> Call<'c> {
     }
 }
 
+/// The last path segment of a type (`Tensor`, `Cache`, `usize`).
+fn type_name(ty: &syn::Type) -> Option<String> {
+    match ty {
+        syn::Type::Path(tp) => tp.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    }
+}
+
 fn is_int_lit(e: &Expr) -> bool {
     match e {
         Expr::Lit(syn::ExprLit { lit: syn::Lit::Int(_), .. }) => true,
@@ -1288,6 +1343,7 @@ pub const KNOWN_OPS: &[&str] = &[
     "gather",
     "cumsum",
     "expand",
+    "cache_write",
 ];
 
 fn usage(op: &str) -> &'static str {
@@ -1307,6 +1363,7 @@ fn usage(op: &str) -> &'static str {
         "gather" => "gather(table, ids) or gather(x, ids, axis)",
         "cumsum" => "cumsum(x, axis) or cumsum(x, axis, exclusive)",
         "expand" => "expand(x, [B, 1, S, S])",
+        "cache_write" => "cache_write(k_cache, k, 2, P)",
         "cast" => "cast(x, f16), cast(ids, i64), cast(m, bool)",
         "reshape" => "reshape(x, [S, H, D / H])",
         "transpose" => "transpose(x, -2, -1)",
@@ -1331,12 +1388,16 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         dyn_dims: Vec::new(),
         consts: ConstPool::default(),
         cur_name: String::new(),
+        state: Vec::new(),
+        call_dims: Vec::new(),
+        reading_cache: false,
     };
     lw.check_header(&f.sig);
     let params = lw.params(&f.sig);
     let bindable = lw.check_bindable(&params, f.sig.span());
     let declared = lw.declared_outputs(&f.sig, &bindable);
     let outputs = lw.body(&f.block, &declared.outputs);
+    lw.check_caches_written();
     if !lw.diags.is_empty() {
         return Err(lw.diags);
     }
@@ -1351,10 +1412,17 @@ pub fn lower(opts: Options, f: &syn::ItemFn) -> Result<Lowered, Diags> {
         outputs,
         dyn_dims: lw.dyn_dims,
         static_dims: opts.dims.clone(),
-        state: Vec::new(),
+        state: lw.state.iter().map(|s| s.0).collect(),
     };
     let tuple_return = declared.tuple_return;
-    Ok(Lowered { graph, sig: Signature { params, outputs: outs_sig, tuple_return }, options: opts })
+    let sig = Signature {
+        params,
+        outputs: outs_sig,
+        tuple_return,
+        state: graph.state.clone(),
+        call_dims: lw.call_dims.iter().map(|d| d.0.clone()).collect(),
+    };
+    Ok(Lowered { graph, sig, options: opts })
 }
 
 /// The outputs a graph's signature declares.
@@ -1380,10 +1448,14 @@ impl Lower<'_> {
     }
 
     /// Bind each parameter to a `Param` node (or poison it); returns the well-typed ones.
+    /// Tensors come first, then caches (`Cache<..>`, state the graph writes in place), then
+    /// the dims the caller gives (`P: usize`), in the order the generated entry points take.
     fn params(&mut self, sig: &syn::Signature) -> Vec<(String, DType, Shape)> {
         let mut params = Vec::new();
         let mut names: Vec<String> = Vec::new();
-        for (i, arg) in sig.inputs.iter().enumerate() {
+        // 0: tensors so far, 1: caches, 2: caller dims.
+        let mut stage = 0;
+        for arg in sig.inputs.iter() {
             let syn::FnArg::Typed(pt) = arg else {
                 self.diags.push(Diag::new(arg.span(), "a fused graph takes no `self`"));
                 continue;
@@ -1401,15 +1473,31 @@ impl Lower<'_> {
                 continue;
             }
             names.push(name.clone());
+            let kind = match type_name(&pt.ty).as_deref() {
+                Some("usize") => 2,
+                Some("Cache") => 1,
+                _ => 0,
+            };
+            if kind < stage {
+                let what = ["a tensor", "a cache"][kind];
+                self.diags.push(
+                    Diag::new(pt.ty.span(), format!("{what} parameter after {}", ["", "a cache", "a caller dim"][stage]))
+                        .help("parameters go in this order: tensors, then caches (`Cache<..>`), then the dims the caller gives (`P: usize`)"),
+                );
+            }
+            stage = stage.max(kind);
+            if kind == 2 {
+                self.call_dim(&name, pi.ident.span());
+                continue;
+            }
             if let Some((dtype, shape)) = self.tensor_type(&pt.ty, true) {
                 self.cur_name = name.clone();
-                let id = self.push(
-                    Op::Param { index: i },
-                    vec![],
-                    dtype,
-                    shape.clone(),
-                    pi.ident.span(),
-                );
+                let index = params.len();
+                let id =
+                    self.push(Op::Param { index }, vec![], dtype, shape.clone(), pi.ident.span());
+                if kind == 1 {
+                    self.state.push((index, pi.ident.span()));
+                }
                 self.env.insert(name.clone(), Val::T(id));
                 params.push((name, dtype, shape));
             } else {
@@ -1417,6 +1505,46 @@ impl Lower<'_> {
             }
         }
         params
+    }
+
+    /// A dim the caller gives at each call (a `P: usize` parameter): not a static dim, not
+    /// an axis of any parameter (those are bound from the shapes).
+    fn call_dim(&mut self, name: &str, span: Span) {
+        if self.static_dim(name).is_some() || self.dyn_dims.iter().any(|d| d == name) {
+            self.diags.push(
+                Diag::new(span, format!("`{name}` is already a dim of the parameters' shapes or of `dims(...)`"))
+                    .help("a `usize` parameter names a dim the caller gives, such as the position `P` at which a call writes its keys and values; give it a name of its own"),
+            );
+            return;
+        }
+        self.dyn_dims.push(name.to_string());
+        self.call_dims.push((name.to_string(), span));
+    }
+
+    /// Every cache is written by exactly one `cache_write`.
+    fn check_caches_written(&mut self) {
+        for (index, span) in self.state.clone() {
+            let writes = self
+                .nodes
+                .iter()
+                .filter(|n| {
+                    matches!(n.op, Op::CacheWrite { .. })
+                        && matches!(self.nodes[n.inputs[0].idx()].op, Op::Param { index: i } if i == index)
+                })
+                .count();
+            if writes != 1 {
+                let name = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.op == Op::Param { index })
+                    .map(|n| n.name.clone())
+                    .unwrap_or_default();
+                self.diags.push(
+                    Diag::new(span, format!("cache `{name}` is written {writes} times: it must be written exactly once"))
+                        .help(format!("write the new rows with `let all = cache_write({name}, new, axis, P);` and read `all`")),
+                );
+            }
+        }
     }
 
     /// The dims bindable at run time (whole axes of parameters); reports parameter dims that are not.

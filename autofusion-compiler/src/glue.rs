@@ -37,6 +37,11 @@ pub struct Entries {
     pub tuple_return: bool,
     /// Whether the build made Ascend kernels (`ascend_module`, `run_on(Device::Ascend(n))`).
     pub ascend: bool,
+    /// The caches the graph writes in place (`&mut Tensor` parameters after the inputs), in
+    /// `Graph::state` order.
+    pub state: Vec<Ident>,
+    /// The dims the caller gives (`usize` parameters, last), in order.
+    pub call_dims: Vec<Ident>,
 }
 
 impl Entries {
@@ -51,7 +56,41 @@ impl Entries {
     }
 
     fn params(&self) -> impl Iterator<Item = TokenStream> + '_ {
-        self.inputs.iter().map(|p| quote!(#p: &::autofusion::Tensor))
+        let inputs = self.inputs.iter().map(|p| quote!(#p: &::autofusion::Tensor));
+        let state = self.state.iter().map(|p| quote!(#p: &mut ::autofusion::Tensor));
+        let dims = self.call_dims.iter().map(|p| quote!(#p: usize));
+        inputs.chain(state).chain(dims)
+    }
+
+    fn stateful(&self) -> bool {
+        !self.state.is_empty() || !self.call_dims.is_empty()
+    }
+
+    /// `module.run(__args)`, or with the caches and caller dims for a graph that keeps state
+    /// (`method` is `run` or `reference`).
+    pub fn call(&self, module: TokenStream, method: &str) -> TokenStream {
+        if self.stateful() {
+            let m = format_ident!("{}_with_state", method);
+            quote!(#module.#m(__args, &mut __state, __dims))
+        } else {
+            let m = format_ident!("{}", method);
+            quote!(#module.#m(__args))
+        }
+    }
+
+    /// The caches and caller dims of a call, bound for `call`'s stateful form.
+    fn state_bindings(&self) -> TokenStream {
+        if !self.stateful() {
+            return quote!();
+        }
+        let state = &self.state;
+        let names = self.call_dims.iter().map(|d| d.to_string());
+        let dims = &self.call_dims;
+        let n = proc_macro2::Literal::usize_unsuffixed(state.len());
+        quote! {
+            let mut __state: [&mut ::autofusion::Tensor; #n] = [#(#state),*];
+            let __dims: &[(&str, i64)] = &[#((#names, ::autofusion::__private::dim_value(#dims)?)),*];
+        }
     }
 
     fn has_weights(&self) -> bool {
@@ -87,11 +126,19 @@ impl Entries {
         let n = proc_macro2::Literal::usize_unsuffixed(self.n_outputs);
         let result = if self.tuple_return { quote!((#(#outs,)*)) } else { quote!(#(#outs)*) };
         let weights = if self.has_weights() { quote!(let __w = weights()?;) } else { quote!() };
+        let state = self.state_bindings();
+        // Caller dims keep their names from the graph (`P`).
+        let allow = if self.stateful() {
+            quote!(#[allow(clippy::too_many_arguments, non_snake_case)])
+        } else {
+            quote!(#[allow(clippy::too_many_arguments)])
+        };
         quote! {
             #attrs
-            #[allow(clippy::too_many_arguments)]
+            #allow
             #vis fn #name(#extra #(#params),*) -> ::autofusion::Result<#ret> {
                 #weights
+                #state
                 let __args: &[&::autofusion::Tensor] = #args;
                 let __v = #call?;
                 let [#(#outs),*]: [::autofusion::Tensor; #n] = ::autofusion::__private::outputs(__v, #fused)?;
@@ -115,7 +162,7 @@ impl Entries {
             pubv.clone(),
             &format_ident!("unfused"),
             quote!(),
-            quote!(unfused_module()?.run(__args)),
+            self.call(quote!(unfused_module()?), "run"),
         );
         let run_on = self.entry(
             quote! {
@@ -125,7 +172,11 @@ impl Entries {
             pubv.clone(),
             &format_ident!("run_on"),
             quote!(device: ::autofusion::Device,),
-            quote!(::autofusion::__private::run_on(device, &module, #ascend_arg __args)),
+            if self.stateful() {
+                quote!(::autofusion::__private::run_on_with_state(device, &module, #ascend_arg __args, &mut __state, __dims))
+            } else {
+                quote!(::autofusion::__private::run_on(device, &module, #ascend_arg __args))
+            },
         );
         let reference = self.entry(
             quote! {
@@ -135,7 +186,7 @@ impl Entries {
             pubv,
             &format_ident!("reference"),
             quote!(),
-            quote!(module()?.reference(__args)),
+            self.call(quote!(module()?), "reference"),
         );
         quote! {
             extern "C" {

@@ -38,6 +38,10 @@ pub struct Signature {
     pub outputs: Vec<(DType, Shape)>,
     /// Whether the function returns a tuple (even of one).
     pub tuple_return: bool,
+    /// The parameters that are caches (state written in place), by index (`Graph::state`).
+    pub state: Vec<usize>,
+    /// The dims the caller gives at each call, in order (`P: usize` parameters).
+    pub call_dims: Vec<String>,
 }
 
 /// A producer's result: the graph (still holding sugar ops), options and signature.
@@ -60,7 +64,19 @@ impl Signature {
             .collect();
         let outputs =
             g.outputs.iter().map(|o| (g.node(*o).dtype, g.node(*o).shape.clone())).collect();
-        Signature { params, outputs, tuple_return }
+        let state = g.state.clone();
+        let pnodes = g.param_nodes();
+        let call_dims = g
+            .dyn_dims
+            .iter()
+            .filter(|d| {
+                !pnodes
+                    .iter()
+                    .any(|p| g.node(*p).shape.iter().any(|e| e.as_sym() == Some(d.as_str())))
+            })
+            .cloned()
+            .collect();
+        Signature { params, outputs, tuple_return, state, call_dims }
     }
 }
 

@@ -26,8 +26,15 @@ pub fn fused_graph(attr: TokenStream, item: TokenStream) -> TokenStream {
 
 fn expand(unit: &Unit, f: &syn::ItemFn) -> proc_macro2::TokenStream {
     let sig = &unit.lowered.sig;
-    let inputs: Vec<syn::Ident> =
-        sig.params.iter().map(|(n, _, _)| format_ident!("{}", n)).collect();
+    let ident = |n: &str| format_ident!("{}", n);
+    let (mut inputs, mut state) = (Vec::new(), Vec::new());
+    for (i, (n, _, _)) in sig.params.iter().enumerate() {
+        if sig.state.contains(&i) {
+            state.push(ident(n))
+        } else {
+            inputs.push(ident(n))
+        }
+    }
     let entries = Entries {
         fused: unit.symbol(Variant::Fused),
         unfused: unit.symbol(Variant::Unfused),
@@ -36,6 +43,8 @@ fn expand(unit: &Unit, f: &syn::ItemFn) -> proc_macro2::TokenStream {
         n_outputs: sig.outputs.len(),
         tuple_return: sig.tuple_return,
         ascend: cfg!(feature = "ascend"),
+        state,
+        call_dims: sig.call_dims.iter().map(|d| ident(d)).collect(),
     };
     let top = top_level_fn(&entries, unit, f);
     let module = entry_module(&entries, unit, f);
@@ -67,7 +76,7 @@ fn top_level_fn(entries: &Entries, unit: &Unit, f: &syn::ItemFn) -> proc_macro2:
         quote!(#vis),
         name,
         quote!(),
-        quote!(#name::module()?.run(__args)),
+        entries.call(quote!(#name::module()?), "run"),
     )
 }
 

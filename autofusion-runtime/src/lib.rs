@@ -110,6 +110,37 @@ pub mod __private {
         }
     }
 
+    /// `run_on` for a graph that keeps state (`Module::run_with_state`).
+    pub fn run_on_with_state(
+        device: crate::Device,
+        cpu: &dyn Fn() -> crate::Result<&'static Module>,
+        #[cfg(feature = "ascend")] ascend: &dyn Fn() -> crate::Result<
+            &'static crate::ascend::AscendModule,
+        >,
+        inputs: &[&crate::Tensor],
+        state: &mut [&mut crate::Tensor],
+        call_dims: &[(&str, i64)],
+    ) -> crate::Result<Vec<crate::Tensor>> {
+        match device {
+            crate::Device::Cpu => cpu()?.run_with_state(inputs, state, call_dims),
+            #[cfg(feature = "ascend")]
+            crate::Device::Ascend(n) => ascend()?.run_with_state(n, inputs, state, call_dims),
+            #[cfg(not(feature = "ascend"))]
+            d @ crate::Device::Ascend(_) => {
+                d.check()?;
+                unreachable!("Device::check rejects Ascend without the feature")
+            }
+        }
+    }
+
+    /// A caller dim as the runtime takes it (`Err` past `i64::MAX`).
+    pub fn dim_value(v: usize) -> crate::Result<i64> {
+        i64::try_from(v).map_err(|_| crate::Error::Dims {
+            graph: String::new(),
+            msg: format!("a dim of {v} does not fit in i64"),
+        })
+    }
+
     /// Load an Ascend module once (feature `ascend`).
     #[cfg(feature = "ascend")]
     pub fn load_ascend(
