@@ -97,6 +97,24 @@ fn prefill_and_decode_steps_match_the_reference_at_every_opt_level() {
     }
 }
 
+/// Decode makes a launch plan per position; the module keeps a bounded number of them.
+#[test]
+fn a_long_decode_keeps_a_bounded_number_of_plans() {
+    let z = SMALL;
+    let t = autofusion::__private::PLANS_KEPT + 40;
+    let m = module(0);
+    let (cos, sin) = rope_tables(t, z.dh as usize);
+    let w = weights(z, 7);
+    let (mut kc, mut vc) = caches(z, t);
+    for p in 0..t {
+        let xs = Tensor::randn(&[1, z.d as usize], 1.0, p as u64);
+        let mut ins: Vec<&Tensor> = vec![&xs, &cos, &sin];
+        ins.extend(w.iter());
+        m.run_with_state(&ins, &mut [&mut kc, &mut vc], &[("P", p as i64)]).unwrap();
+        assert!(m.plans_held() <= autofusion::__private::PLANS_KEPT, "at P = {p}");
+    }
+}
+
 #[test]
 fn a_prefill_of_s_tokens_equals_s_single_steps() {
     let z = SMALL;

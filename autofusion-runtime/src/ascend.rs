@@ -330,7 +330,7 @@ impl AscendModule {
             return Ok(p.clone());
         }
         let p = Arc::new(self.make_plan(cores, dims)?);
-        self.plans.lock().unwrap().insert(key, p.clone());
+        crate::exec::keep_plan(&mut self.plans.lock().unwrap(), key, p.clone());
         Ok(p)
     }
 

@@ -135,6 +135,7 @@ pub struct Module {
     kernels: Vec<KernelFn>,
     /// Each kernel's pack functions (`KernelMeta::packs` order).
     pack_fns: Vec<Vec<KernelFn>>,
+    /// Launch plans by dims, at most `PLANS_KEPT` (decode makes one per position).
     cache: Mutex<HashMap<Vec<i64>, Arc<ShapePlan>>>,
     arena: Mutex<Vec<u64>>,
     /// Packed B operands by (kernel, pack): one per weight tensor passed there that is still
@@ -279,8 +280,13 @@ impl Module {
             return Ok(p.clone());
         }
         let p = Arc::new(self.make_plan(dims)?);
-        self.cache.lock().unwrap().insert(dims.to_vec(), p.clone());
+        keep_plan(&mut self.cache.lock().unwrap(), dims.to_vec(), p.clone());
         Ok(p)
+    }
+
+    /// How many launch plans the module holds (at most `PLANS_KEPT`).
+    pub fn plans_held(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     fn make_plan(&self, dims: &[i64]) -> Result<ShapePlan> {
@@ -771,6 +777,18 @@ impl Module {
     pub fn op_count(&self) -> usize {
         self.meta.graph.kernel_op_count()
     }
+}
+
+/// Launch plans a module keeps. A decoder's dims change at every step (the position `P`), so
+/// an unbounded cache would grow with every token generated; plans are cheap to make again.
+pub const PLANS_KEPT: usize = 64;
+
+/// Insert a plan into a per-dims cache, emptying it first when it is full.
+pub(crate) fn keep_plan<K: std::hash::Hash + Eq, V>(cache: &mut HashMap<K, V>, key: K, plan: V) {
+    if cache.len() >= PLANS_KEPT {
+        cache.clear();
+    }
+    cache.insert(key, plan);
 }
 
 /// A stateful call in the reference interpreter: the outputs, and `state` left as the graph

@@ -55,7 +55,7 @@ impl Device {
 pub mod __private {
     #[cfg(feature = "ascend")]
     pub use crate::ascend::AscendModule;
-    pub use crate::exec::{AfModule, Module};
+    pub use crate::exec::{AfModule, Module, PLANS_KEPT};
     pub use crate::weights::{load as load_weights, WeightRef};
     pub use autofusion_ir::ir::DType;
     pub use once_cell::sync::OnceCell;
