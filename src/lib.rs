@@ -34,7 +34,9 @@
 #![deny(missing_docs)]
 
 pub use autofusion_macros::fused_graph;
-pub use autofusion_runtime::{tolerance, DType, Device, Error, Module, Result, Tensor};
+pub use autofusion_runtime::{
+    tolerance, DType, Decoder, Device, Error, Module, Result, Session, Tensor,
+};
 
 /// Packed weights, shared by every module of the process (`packs::live_bytes`,
 /// `packs::bytes_packed_from`).

@@ -16,6 +16,7 @@ pub mod memory;
 pub mod packs;
 pub mod pool;
 pub mod reference;
+pub mod session;
 pub mod tensor;
 pub mod tiling;
 pub mod weights;
@@ -23,6 +24,7 @@ pub mod weights;
 pub use autofusion_ir::ir::DType;
 pub use error::{Error, Result};
 pub use exec::Module;
+pub use session::{Decoder, Session};
 pub use tensor::{tolerance, Tensor};
 
 /// Where fused kernels run.

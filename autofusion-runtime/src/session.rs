@@ -1,0 +1,206 @@
+//! Sessions of a decoder-only model: token ids in, logits out, with every layer's KV caches
+//! and the position kept between calls.
+//!
+//! A `Decoder` is three fused graphs and their weights: `embed` (token ids `[S]` to hidden
+//! states `[S, D]`), one `layer` graph run once per layer (hidden states first, then that
+//! layer's other inputs, its caches as state parameters, the position as its one caller dim),
+//! and `head` (hidden states to logits). A `Session` owns the caches of every layer, sized
+//! to a maximum length when it is made (their bytes checked against the layer module's
+//! memory limit before anything is allocated), and the position: `prefill(ids)` runs S
+//! tokens at the current position, `step(id)` one; `truncate(n)` goes back to position n
+//! (later rows of the caches are overwritten before they are read again), `reset()` to 0.
+//! Sessions borrow the model: several run on different threads at once, each with its own
+//! caches.
+
+use crate::error::{Error, Result};
+use crate::exec::{caller_dims, Module};
+use crate::memory::{tensor_bytes, Footprint};
+use crate::tensor::Tensor;
+
+/// A decoder-only model as fused graphs with their weights (see the module docs).
+pub struct Decoder<'m> {
+    /// Token ids `[S]` (i64), then `embed_inputs`, to hidden states `[S, D]`.
+    pub embed: &'m Module,
+    pub embed_inputs: Vec<&'m Tensor>,
+    /// Hidden states `[S, D]`, then `layer_inputs[l]`, then the caches (state), with the
+    /// position as its one caller dim, to hidden states `[S, D]`.
+    pub layer: &'m Module,
+    pub layer_inputs: Vec<Vec<&'m Tensor>>,
+    /// Hidden states `[S, D]`, then `head_inputs`, to logits `[S, V]`.
+    pub head: &'m Module,
+    pub head_inputs: Vec<&'m Tensor>,
+}
+
+impl Decoder<'_> {
+    pub fn layers(&self) -> usize {
+        self.layer_inputs.len()
+    }
+}
+
+/// One conversation with a `Decoder`: its caches and position.
+pub struct Session<'m> {
+    model: &'m Decoder<'m>,
+    /// Per layer, its state tensors in the layer graph's order.
+    caches: Vec<Vec<Tensor>>,
+    /// The caller dim of the layer graph (the position).
+    pos_dim: String,
+    pos: usize,
+    max_len: usize,
+}
+
+impl<'m> Session<'m> {
+    /// A session of at most `max_len` positions: every layer's caches allocated (zeroed)
+    /// after their total is checked against the layer module's memory limit.
+    pub fn new(model: &'m Decoder<'m>, max_len: usize) -> Result<Session<'m>> {
+        let g = model.layer.graph();
+        let err = |msg: String| Error::Dims { graph: g.name.clone(), msg };
+        let pos_dim = match &caller_dims(g)[..] {
+            [p] => p.clone(),
+            other => {
+                return Err(err(format!(
+                    "a session's layer graph takes one dim from the caller (the position), not {other:?}"
+                )))
+            }
+        };
+        if g.state.is_empty() {
+            return Err(err("a session's layer graph keeps no cache (no state parameter)".into()));
+        }
+        let shapes = cache_shapes(model.layer, max_len)?;
+        let mut footprint = Footprint::default();
+        let per_layer = shapes
+            .iter()
+            .try_fold(0usize, |acc, (s, d)| acc.checked_add(tensor_bytes(s, d.size())?));
+        footprint.add("KV caches", per_layer.and_then(|b| b.checked_mul(model.layers())));
+        let dims = format!("{} layers, {max_len} positions", model.layers());
+        footprint.check(&g.name, &dims, model.layer.memory_limit())?;
+        let mut caches = Vec::with_capacity(model.layers());
+        for _ in 0..model.layers() {
+            let layer: Result<Vec<Tensor>> =
+                shapes.iter().map(|(s, d)| Tensor::try_zeros(*d, s, &g.name)).collect();
+            caches.push(layer?);
+        }
+        Ok(Session { model, caches, pos_dim, pos: 0, max_len })
+    }
+
+    /// Tokens processed so far (the position the next token goes to).
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Bytes of the caches this session holds.
+    pub fn cache_bytes(&self) -> usize {
+        self.caches.iter().flatten().map(|t| t.numel() * t.dtype().size()).sum()
+    }
+
+    /// Run `ids` at the current position; the logits of every one of them (`[S, V]`). An
+    /// error leaves the position where it was (and, when the ids do not fit, the caches too).
+    pub fn prefill(&mut self, ids: &[i64]) -> Result<Tensor> {
+        let g = self.model.layer.graph();
+        if ids.is_empty() || self.pos + ids.len() > self.max_len {
+            return Err(Error::Dims {
+                graph: g.name.clone(),
+                msg: format!(
+                    "{} tokens at position {} of a session of {} positions",
+                    ids.len(),
+                    self.pos,
+                    self.max_len
+                ),
+            });
+        }
+        let ids = Tensor::from_i64(&[ids.len()], ids.to_vec())?;
+        let mut ins = vec![&ids];
+        ins.extend(self.model.embed_inputs.iter().copied());
+        let mut x = one(self.model.embed.run(&ins)?, self.model.embed)?;
+        let p = i64::try_from(self.pos).map_err(|_| Error::Dims {
+            graph: g.name.clone(),
+            msg: format!("position {} does not fit in i64", self.pos),
+        })?;
+        let dims = [(self.pos_dim.as_str(), p)];
+        for (inputs, caches) in self.model.layer_inputs.iter().zip(&mut self.caches) {
+            let mut ins = vec![&x];
+            ins.extend(inputs.iter().copied());
+            let mut state: Vec<&mut Tensor> = caches.iter_mut().collect();
+            x = one(self.model.layer.run_with_state(&ins, &mut state, &dims)?, self.model.layer)?;
+        }
+        let mut ins = vec![&x];
+        ins.extend(self.model.head_inputs.iter().copied());
+        let logits = one(self.model.head.run(&ins)?, self.model.head)?;
+        self.pos += ids.numel();
+        Ok(logits)
+    }
+
+    /// One token at the current position: its logits (`[1, V]`).
+    pub fn step(&mut self, id: i64) -> Result<Tensor> {
+        self.prefill(&[id])
+    }
+
+    /// Back to position `n` (at most the current one): the next token goes to `n`.
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if n > self.pos {
+            return Err(Error::Dims {
+                graph: self.model.layer.graph().name.clone(),
+                msg: format!("truncate to {n} past the session's position {}", self.pos),
+            });
+        }
+        self.pos = n;
+        Ok(())
+    }
+
+    /// Back to position 0 (the caches are kept and overwritten as tokens come).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+}
+
+/// The state parameters' shapes and dtypes of `layer` with its cache length at `max_len`:
+/// every other dim of a cache must be static.
+fn cache_shapes(layer: &Module, max_len: usize) -> Result<Vec<(Vec<usize>, crate::DType)>> {
+    let g = layer.graph();
+    let pnodes = g.param_nodes();
+    let free = caller_dims(g);
+    g.state
+        .iter()
+        .map(|&i| {
+            let n = g.node(pnodes[i]);
+            let mut syms: Vec<String> = n.shape.iter().flat_map(|d| d.symbols()).collect();
+            syms.sort();
+            syms.dedup();
+            let len = match &syms[..] {
+                [t] if !free.contains(t) => t.clone(),
+                _ => {
+                    return Err(Error::Dims {
+                        graph: g.name.clone(),
+                        msg: format!(
+                            "cache `{}` has shape {}: a session needs one dynamic dim (its length) in it",
+                            g.params[i],
+                            autofusion_ir::dim::shape_str(&n.shape)
+                        ),
+                    })
+                }
+            };
+            let bind = |s: &str| (s == len).then_some(max_len as i64);
+            let shape = n
+                .shape
+                .iter()
+                .map(|d| d.eval(&bind).map(|v| v.max(0) as usize))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|msg| Error::Dims { graph: g.name.clone(), msg })?;
+            Ok((shape, n.dtype))
+        })
+        .collect()
+}
+
+/// The one output of a graph.
+fn one(mut v: Vec<Tensor>, m: &Module) -> Result<Tensor> {
+    match v.len() {
+        1 => Ok(v.pop().unwrap()),
+        n => Err(Error::Module {
+            symbol: m.symbol().to_string(),
+            msg: format!("a session's graphs return one tensor; `{}` returns {n}", m.graph().name),
+        }),
+    }
+}
