@@ -261,6 +261,37 @@ fn a_decoder_with_kv_caches_matches_the_reference_on_ascend() {
     }
 }
 
+/// Cache writes of other layouts and dtypes (f16 rows, a batch, the last axis) on the device.
+#[test]
+fn cache_writes_of_any_layout_match_the_reference_on_ascend() {
+    let target = Target::ascend910b();
+    for graph in decoder_graphs::cache_layouts() {
+        for level in [0u8, 3] {
+            let opts = Options { opt_level: level, ..Options::default() };
+            let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+            let what = format!("{} at opt_level {level}", graph.name);
+            let (_, m) = build_and_load(&unit, &target, &format!("kvl{level}"), &what);
+            let (_, mut cache) = decoder_graphs::layout_inputs(&graph, 3, 1, 17, 0);
+            let mut want_cache = cache.clone();
+            let mut p = 0;
+            for (i, s) in [4usize, 1, 7].into_iter().enumerate() {
+                let (x, _) = decoder_graphs::layout_inputs(&graph, 3, s, 17, i as u64);
+                let dims = [("P", p as i64)];
+                let got = m.run_with_state(0, &[&x], &mut [&mut cache], &dims).unwrap();
+                let want = m.reference_with_state(&[&x], &mut [&mut want_cache], &dims).unwrap();
+                let at = format!("Ascend: {what}, P = {p}, S = {s}");
+                common::assert_close(&at, &got, &want);
+                common::assert_close(
+                    &format!("{at}: cache"),
+                    &[cache.clone()],
+                    &[want_cache.clone()],
+                );
+                p += s;
+            }
+        }
+    }
+}
+
 /// The DSL decoder with caches through its entry point on the device
 /// (`run_on(Device::Ascend(0), .., &mut k_cache, &mut v_cache, p)`), against its reference.
 #[test]

@@ -101,6 +101,7 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
         decoder_graphs::decoder_layer(decoder_graphs::SMALL),
     ]
     .into_iter()
+    .chain(decoder_graphs::cache_layouts())
     .chain(exported);
     for graph in graphs {
         for level in [0u8, 3] {

@@ -235,3 +235,34 @@ fn the_dsl_layer_with_caches_runs_through_its_entry_points() {
     assert!(e.to_string().contains("k_cache"), "{e}");
     assert_eq!(k1, before);
 }
+
+/// Caches of other layouts and dtypes (f16 rows, a batch, the last axis), several calls each,
+/// at opt_level 0 and 3: outputs and caches equal the reference's.
+#[test]
+fn cache_writes_of_any_layout_match_the_reference() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_layouts");
+    for graph in decoder_graphs::cache_layouts() {
+        for level in [0u8, 3] {
+            let opts = Options { opt_level: level, ..Options::default() };
+            let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+            let m = common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap();
+            let (_, mut cache) = decoder_graphs::layout_inputs(&graph, 3, 1, 17, 0);
+            let mut want_cache = cache.clone();
+            let mut p = 0;
+            for (i, s) in [4usize, 1, 7, 1].into_iter().enumerate() {
+                let (x, _) = decoder_graphs::layout_inputs(&graph, 3, s, 17, i as u64);
+                let dims = [("P", p as i64)];
+                let got = m.run_with_state(&[&x], &mut [&mut cache], &dims).unwrap();
+                let want = m.reference_with_state(&[&x], &mut [&mut want_cache], &dims).unwrap();
+                let what = format!("{} at opt_level {level}, P = {p}, S = {s}", graph.name);
+                common::assert_close(&what, &got, &want);
+                common::assert_close(
+                    &format!("{what}: cache"),
+                    &[cache.clone()],
+                    &[want_cache.clone()],
+                );
+                p += s;
+            }
+        }
+    }
+}

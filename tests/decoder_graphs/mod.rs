@@ -144,3 +144,72 @@ pub fn caches(z: Sizes, t: usize) -> (Tensor, Tensor) {
         Tensor::from_f32(&shape, vec![0.0; n]).unwrap(),
     )
 }
+
+/// Cache writes of other layouts and dtypes: `[T, D]` in f16 along axis 0, `[B, T, D]` along
+/// axis 1 with a batch, `[D, T]` along the last axis (a transposed write). Each returns the
+/// visible rows summed over the cache axis (`[.., 1, D]`), so every row read counts.
+pub fn cache_layouts() -> Vec<Graph> {
+    let (s, t, b, c) = (DimExpr::sym("S"), DimExpr::sym("T"), DimExpr::sym("B"), DimExpr::constant);
+    let mut out = Vec::new();
+    // [T, D] f16, axis 0.
+    let mut g = GraphBuilder::new("cache_f16_rows");
+    let x = g.param("x", DType::F32, vec![s.clone(), c(24)]);
+    let cache = g.state("cache", DType::F16, vec![t.clone(), c(24)]);
+    let p = g.call_dim("P");
+    let x16 = g.cast(x, DType::F16, "x16").unwrap();
+    let all = g.cache_write(cache, x16, 0, p.clone(), "all").unwrap();
+    let vis = g.op(Op::Slice { axis: 0, start: c(0), end: p.add(&s) }, &[all], "vis").unwrap();
+    let vis = g.cast(vis, DType::F32, "vis32").unwrap();
+    let sum = g
+        .op(Op::Reduce { kind: autofusion_compiler::ir::ReduceKind::Sum, axis: 0 }, &[vis], "sum")
+        .unwrap();
+    g.output(sum);
+    out.push(g.finish().unwrap());
+    // [B, T, D], axis 1.
+    let mut g = GraphBuilder::new("cache_batched");
+    let x = g.param("x", DType::F32, vec![b.clone(), s.clone(), c(20)]);
+    let cache = g.state("cache", DType::F32, vec![b.clone(), t.clone(), c(20)]);
+    let p = g.call_dim("P");
+    let y = g.unary(UnaryOp::Tanh, x, "y").unwrap();
+    let all = g.cache_write(cache, y, 1, p.clone(), "all").unwrap();
+    let vis = g.op(Op::Slice { axis: 1, start: c(0), end: p.add(&s) }, &[all], "vis").unwrap();
+    let sum = g
+        .op(Op::Reduce { kind: autofusion_compiler::ir::ReduceKind::Sum, axis: 1 }, &[vis], "sum")
+        .unwrap();
+    g.output(sum);
+    out.push(g.finish().unwrap());
+    // [D, T], the last axis: the new columns are x transposed.
+    let mut g = GraphBuilder::new("cache_columns");
+    let x = g.param("x", DType::F32, vec![s.clone(), c(12)]);
+    let cache = g.state("cache", DType::F32, vec![c(12), t.clone()]);
+    let p = g.call_dim("P");
+    let xt = g.op(Op::Transpose { perm: vec![1, 0] }, &[x], "xt").unwrap();
+    let all = g.cache_write(cache, xt, 1, p.clone(), "all").unwrap();
+    let vis = g.op(Op::Slice { axis: 1, start: c(0), end: p.add(&s) }, &[all], "vis").unwrap();
+    let sum = g
+        .op(Op::Reduce { kind: autofusion_compiler::ir::ReduceKind::Sum, axis: 1 }, &[vis], "sum")
+        .unwrap();
+    g.output(sum);
+    out.push(g.finish().unwrap());
+    out
+}
+
+/// Calls of a `cache_layouts` graph: (x, the cache at `t` positions) for steps of `sizes`
+/// tokens with batch `b` where the graph has one.
+pub fn layout_inputs(g: &Graph, b: usize, s: usize, t: usize, seed: u64) -> (Tensor, Tensor) {
+    let pn = g.param_nodes();
+    let (x, cache) = (g.node(pn[0]), g.node(pn[1]));
+    let bind = |d: &str| match d {
+        "B" => Some(b as i64),
+        "S" => Some(s as i64),
+        "T" => Some(t as i64),
+        _ => None,
+    };
+    let shape = |n: &autofusion_compiler::ir::Node| -> Vec<usize> {
+        n.shape.iter().map(|d| d.eval(&bind).unwrap() as usize).collect()
+    };
+    let xs = Tensor::randn(&shape(x), 1.0, seed);
+    let cs = shape(cache);
+    let zeros = Tensor::from_f32(&cs, vec![0.0; cs.iter().product()]).unwrap();
+    (xs, zeros.to_dtype(cache.dtype).unwrap())
+}
