@@ -429,9 +429,14 @@ impl AscendModule {
         drop(all);
         let mut devs = self.devices.lock().unwrap_or_else(|e| e.into_inner());
         let st = devs.get_mut(&device).expect("the call made the device state");
-        for ((t, bytes), &i) in state.iter_mut().zip(after).zip(&g.state) {
-            // SAFETY: `as_mut_ptr` points at `nbytes` bytes, the size of the cache downloaded.
-            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.as_mut_ptr(), t.nbytes()) };
+        for ((t, chunks), &i) in state.iter_mut().zip(after).zip(&g.state) {
+            let base = t.as_mut_ptr();
+            for (off, bytes) in chunks {
+                // SAFETY: `written_bytes` keeps every chunk inside the cache's `nbytes`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(off), bytes.len())
+                };
+            }
             if let Some(held) = st.params.get_mut(&i) {
                 held.0 = t.stamp(); // the device copy is what the tensor now holds
             }
@@ -439,14 +444,14 @@ impl AscendModule {
         Ok(outs)
     }
 
-    /// The kernels on `device` with every parameter in `inputs`; returns the outputs and the
-    /// state parameters' contents after the call (in `Graph::state` order).
+    /// The kernels on `device` with every parameter in `inputs`; returns the outputs and what
+    /// the call wrote into each state parameter (in `Graph::state` order).
     fn run_on(
         &self,
         device: u32,
         inputs: &[&Tensor],
         dims: &[i64],
-    ) -> Result<(Vec<Tensor>, Vec<Vec<u8>>)> {
+    ) -> Result<(Vec<Tensor>, Vec<Written>)> {
         let g = &self.graph;
         let dims = dims.to_vec();
         let plan = self.plan_for(device_cores(device)?, &dims)?;
@@ -583,11 +588,17 @@ impl AscendModule {
             }
             outs.push(t);
         }
+        // The rows each cache write wrote, back to the host (not the whole cache: decode
+        // writes one row per KV head).
         let mut after = Vec::new();
-        for (&i, t) in g.state.iter().zip(g.state.iter().map(|&i| inputs[i])) {
-            let mut bytes = vec![0u8; t.nbytes()];
-            st.params[&i].1.download(0, &mut bytes)?;
-            after.push(bytes);
+        for (&i, w) in g.state.iter().zip(g.state_writes()) {
+            let mut chunks = Vec::new();
+            for (off, len) in written_bytes(g, w, &dims, inputs[i].nbytes())? {
+                let mut bytes = vec![0u8; len];
+                st.params[&i].1.download(off, &mut bytes)?;
+                chunks.push((off, bytes));
+            }
+            after.push(chunks);
         }
         Ok((outs, after))
     }
@@ -617,4 +628,30 @@ fn param_of(g: &Graph, b: NodeId) -> Option<usize> {
         Op::CacheWrite { .. } => param_of(g, g.node(b).inputs[0]),
         _ => None,
     }
+}
+
+/// Bytes a call wrote into one cache: (byte offset, bytes) chunks.
+type Written = Vec<(usize, Vec<u8>)>;
+
+/// The byte ranges cache write `w` writes at `dims` in a cache of `total` bytes: the rows
+/// `P .. P + S` along its axis for every index of the axes before it, merged into the whole
+/// cache when that would take more than 64 copies (a cache written along a late axis).
+fn written_bytes(g: &Graph, w: NodeId, dims: &[i64], total: usize) -> Result<Vec<(usize, usize)>> {
+    let n = g.node(w);
+    let Op::CacheWrite { axis, start } = &n.op else { return Ok(vec![(0, total)]) };
+    let bind = |s: &str| g.dyn_dims.iter().position(|d| d == s).map(|i| dims[i]);
+    let eval = |d: &autofusion_ir::dim::DimExpr| -> Result<usize> {
+        let v = d.eval(&bind).map_err(|msg| Error::Dims { graph: g.name.clone(), msg })?;
+        Ok(v.max(0) as usize)
+    };
+    let shape: Vec<usize> = n.shape.iter().map(eval).collect::<Result<_>>()?;
+    let (p, s) = (eval(start)?, eval(&g.node(n.inputs[1]).shape[*axis])?);
+    let outer: usize = shape[..*axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product::<usize>() * n.dtype.size();
+    let t = shape[*axis];
+    if outer > 64 {
+        return Ok(vec![(0, total)]);
+    }
+    // `cache_write_fits` held p + s <= t when the plan was made.
+    Ok((0..outer).map(|o| ((o * t + p) * inner, s * inner)).filter(|r| r.1 > 0).collect())
 }
