@@ -35,7 +35,7 @@
 
 pub use autofusion_macros::fused_graph;
 pub use autofusion_runtime::{
-    tolerance, DType, Decoder, Device, Error, Module, Result, Session, Tensor,
+    tolerance, DType, Decoder, Device, Error, Module, Result, Runner, Session, Tensor,
 };
 
 /// Packed weights, shared by every module of the process (`packs::live_bytes`,

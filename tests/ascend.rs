@@ -292,6 +292,77 @@ fn cache_writes_of_any_layout_match_the_reference_on_ascend() {
     }
 }
 
+/// A session of a 2-layer decoder on the device (`session::OnDevice` runners: the caches stay
+/// on the device between calls): prefill then steps, logits equal to a host session's.
+#[test]
+fn a_session_runs_on_the_ascend_device() {
+    use autofusion::{Decoder, Session};
+    use autofusion_runtime::session::OnDevice;
+    use decoder_graphs::{decoder_layer, embed_graph, head_graph, rope_tables, weights, SMALL, V};
+    let (target, t) = (Target::ascend910b(), 16usize);
+    let graphs = [embed_graph(), decoder_layer(SMALL), head_graph()];
+    let units: Vec<Unit> = graphs
+        .iter()
+        .map(|g| {
+            Unit::from_graph(g.clone(), Options { opt_level: 3, ..Options::default() }).unwrap()
+        })
+        .collect();
+    let device: Vec<_> =
+        units.iter().map(|u| build_and_load(u, &target, "sess", &u.graph.name).1).collect();
+    let host: Vec<_> = units
+        .iter()
+        .map(|u| {
+            common::load(
+                u,
+                Variant::Fused,
+                &autofusion_compiler::target::Target::host(),
+                &dir(),
+                &[],
+            )
+            .unwrap()
+        })
+        .collect();
+    let (cos, sin) = rope_tables(t, SMALL.dh as usize);
+    let table = Tensor::randn(&[V, 32], 1.0, 1);
+    let layer_w = [weights(SMALL, 10), weights(SMALL, 20)];
+    let norm = Tensor::from_f32(&[32], vec![1.0; 32]).unwrap();
+    let w_out = Tensor::randn(&[32, V], 0.2, 2);
+    let on: Vec<OnDevice> = device.iter().map(|m| OnDevice { module: m, device: 0 }).collect();
+    // The same weights for both: tables, per-layer weights, the head's.
+    fn decoder<'a>(
+        r: [&'a dyn autofusion::Runner; 3],
+        w: &'a [Tensor],
+        layers: &'a [Vec<Tensor>],
+    ) -> Decoder<'a> {
+        Decoder {
+            embed: r[0],
+            embed_inputs: vec![&w[0]],
+            layer: r[1],
+            layer_inputs: layers
+                .iter()
+                .map(|l| [&w[1], &w[2]].into_iter().chain(l.iter()).collect())
+                .collect(),
+            head: r[2],
+            head_inputs: vec![&w[3], &w[4]],
+        }
+    }
+    let w = [table, cos, sin, norm, w_out];
+    let dev_dec = decoder([&on[0], &on[1], &on[2]], &w, &layer_w);
+    let host_dec = decoder([&host[0], &host[1], &host[2]], &w, &layer_w);
+    let (mut a, mut b) = (Session::new(&dev_dec, t).unwrap(), Session::new(&host_dec, t).unwrap());
+    let ids = [3i64, 17, 4, 49, 0];
+    let (got, want) = (a.prefill(&ids).unwrap(), b.prefill(&ids).unwrap());
+    common::assert_close("session prefill on Ascend", &[got], &[want]);
+    for id in [8i64, 21, 5] {
+        let (got, want) = (a.step(id).unwrap(), b.step(id).unwrap());
+        common::assert_close(
+            &format!("session step at {} on Ascend", a.position()),
+            &[got],
+            &[want],
+        );
+    }
+}
+
 /// The DSL decoder with caches through its entry point on the device
 /// (`run_on(Device::Ascend(0), .., &mut k_cache, &mut v_cache, p)`), against its reference.
 #[test]

@@ -8,42 +8,19 @@ mod common;
 #[path = "decoder_graphs/mod.rs"]
 mod decoder_graphs;
 
-use autofusion::{DType, Decoder, Module, Session, Tensor};
-use autofusion_compiler::dim::DimExpr;
-use autofusion_compiler::ir::Op;
-use autofusion_compiler::{target::Target, GraphBuilder, Options, Unit, Variant};
-use decoder_graphs::{caches, decoder_layer, rope_tables, weights, SMALL};
+use autofusion::{Decoder, Module, Session, Tensor};
+use autofusion_compiler::{target::Target, Options, Unit, Variant};
+use decoder_graphs::{
+    caches, decoder_layer, embed_graph, head_graph, rope_tables, weights, SMALL, V,
+};
 use std::path::PathBuf;
 
 const T: usize = 24;
-const V: usize = 50;
 
 fn load(graph: autofusion_compiler::ir::Graph) -> Module {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("session");
     let unit = Unit::from_graph(graph, Options { opt_level: 3, ..Options::default() }).unwrap();
     common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap()
-}
-
-/// ids `[S]` -> rows of the table.
-fn embed_graph() -> autofusion_compiler::ir::Graph {
-    let mut g = GraphBuilder::new("embed");
-    let ids = g.param("ids", DType::I64, vec![DimExpr::sym("S")]);
-    let table = g.param("table", DType::F32, vec![DimExpr::constant(V as i64), 32.into()]);
-    let x = g.op(Op::Gather { axis: 0 }, &[table, ids], "x").unwrap();
-    g.output(x);
-    g.finish().unwrap()
-}
-
-/// `[S, D]` -> logits `[S, V]`.
-fn head_graph() -> autofusion_compiler::ir::Graph {
-    let mut g = GraphBuilder::new("head");
-    let x = g.param("x", DType::F32, vec![DimExpr::sym("S"), 32.into()]);
-    let n = g.param("norm", DType::F32, vec![32.into()]);
-    let w = g.param("w_out", DType::F32, vec![32.into(), DimExpr::constant(V as i64)]);
-    let h = g.op(Op::RmsNorm { eps: 1e-5 }, &[x, n], "h").unwrap();
-    let logits = g.matmul(h, w, "logits").unwrap();
-    g.output(logits);
-    g.finish().unwrap()
 }
 
 struct Model {

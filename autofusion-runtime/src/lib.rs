@@ -24,7 +24,7 @@ pub mod weights;
 pub use autofusion_ir::ir::DType;
 pub use error::{Error, Result};
 pub use exec::Module;
-pub use session::{Decoder, Session};
+pub use session::{Decoder, Runner, Session};
 pub use tensor::{tolerance, Tensor};
 
 /// Where fused kernels run.

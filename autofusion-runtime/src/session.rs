@@ -10,24 +10,98 @@
 //! tokens at the current position, `step(id)` one; `truncate(n)` goes back to position n
 //! (later rows of the caches are overwritten before they are read again), `reset()` to 0.
 //! Sessions borrow the model: several run on different threads at once, each with its own
-//! caches.
+//! caches. The graphs run wherever their `Runner` runs them: a host `Module`, or (feature
+//! `ascend`) an `OnDevice` Ascend module, which keeps each session's caches on the device
+//! between calls.
 
 use crate::error::{Error, Result};
 use crate::exec::{caller_dims, Module};
 use crate::memory::{tensor_bytes, Footprint};
 use crate::tensor::Tensor;
+use autofusion_ir::ir::Graph;
+
+/// What runs one graph of a session: a host `Module`, or an Ascend module on one device.
+pub trait Runner: Sync {
+    fn graph(&self) -> &Graph;
+    /// Bytes a session may give this graph's caches.
+    fn memory_limit(&self) -> usize;
+    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>>;
+    fn run_with_state(
+        &self,
+        inputs: &[&Tensor],
+        state: &mut [&mut Tensor],
+        call_dims: &[(&str, i64)],
+    ) -> Result<Vec<Tensor>>;
+    /// For errors.
+    fn symbol(&self) -> &str;
+}
+
+impl Runner for Module {
+    fn graph(&self) -> &Graph {
+        Module::graph(self)
+    }
+    fn memory_limit(&self) -> usize {
+        Module::memory_limit(self)
+    }
+    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        Module::run(self, inputs)
+    }
+    fn run_with_state(
+        &self,
+        inputs: &[&Tensor],
+        state: &mut [&mut Tensor],
+        call_dims: &[(&str, i64)],
+    ) -> Result<Vec<Tensor>> {
+        Module::run_with_state(self, inputs, state, call_dims)
+    }
+    fn symbol(&self) -> &str {
+        Module::symbol(self)
+    }
+}
+
+/// An Ascend module bound to device `device` (feature `ascend`); the memory limit is the
+/// process default (`AUTOFUSION_MEMORY_LIMIT`).
+#[cfg(feature = "ascend")]
+pub struct OnDevice<'m> {
+    pub module: &'m crate::ascend::AscendModule,
+    pub device: u32,
+}
+
+#[cfg(feature = "ascend")]
+impl Runner for OnDevice<'_> {
+    fn graph(&self) -> &Graph {
+        self.module.graph()
+    }
+    fn memory_limit(&self) -> usize {
+        crate::memory::default_limit()
+    }
+    fn run(&self, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        self.module.run(self.device, inputs)
+    }
+    fn run_with_state(
+        &self,
+        inputs: &[&Tensor],
+        state: &mut [&mut Tensor],
+        call_dims: &[(&str, i64)],
+    ) -> Result<Vec<Tensor>> {
+        self.module.run_with_state(self.device, inputs, state, call_dims)
+    }
+    fn symbol(&self) -> &str {
+        self.module.symbol()
+    }
+}
 
 /// A decoder-only model as fused graphs with their weights (see the module docs).
 pub struct Decoder<'m> {
     /// Token ids `[S]` (i64), then `embed_inputs`, to hidden states `[S, D]`.
-    pub embed: &'m Module,
+    pub embed: &'m dyn Runner,
     pub embed_inputs: Vec<&'m Tensor>,
     /// Hidden states `[S, D]`, then `layer_inputs[l]`, then the caches (state), with the
     /// position as its one caller dim, to hidden states `[S, D]`.
-    pub layer: &'m Module,
+    pub layer: &'m dyn Runner,
     pub layer_inputs: Vec<Vec<&'m Tensor>>,
     /// Hidden states `[S, D]`, then `head_inputs`, to logits `[S, V]`.
-    pub head: &'m Module,
+    pub head: &'m dyn Runner,
     pub head_inputs: Vec<&'m Tensor>,
 }
 
@@ -158,7 +232,7 @@ impl<'m> Session<'m> {
 
 /// The state parameters' shapes and dtypes of `layer` with its cache length at `max_len`:
 /// every other dim of a cache must be static.
-fn cache_shapes(layer: &Module, max_len: usize) -> Result<Vec<(Vec<usize>, crate::DType)>> {
+fn cache_shapes(layer: &dyn Runner, max_len: usize) -> Result<Vec<(Vec<usize>, crate::DType)>> {
     let g = layer.graph();
     let pnodes = g.param_nodes();
     let free = caller_dims(g);
@@ -195,7 +269,7 @@ fn cache_shapes(layer: &Module, max_len: usize) -> Result<Vec<(Vec<usize>, crate
 }
 
 /// The one output of a graph.
-fn one(mut v: Vec<Tensor>, m: &Module) -> Result<Tensor> {
+fn one(mut v: Vec<Tensor>, m: &dyn Runner) -> Result<Tensor> {
     match v.len() {
         1 => Ok(v.pop().unwrap()),
         n => Err(Error::Module {

@@ -213,3 +213,28 @@ pub fn layout_inputs(g: &Graph, b: usize, s: usize, t: usize, seed: u64) -> (Ten
     let zeros = Tensor::from_f32(&cs, vec![0.0; cs.iter().product()]).unwrap();
     (xs, zeros.to_dtype(cache.dtype).unwrap())
 }
+
+/// Vocabulary of the session tests' decoder.
+pub const V: usize = 50;
+
+/// ids `[S]` -> rows of the table.
+pub fn embed_graph() -> autofusion_compiler::ir::Graph {
+    let mut g = GraphBuilder::new("embed");
+    let ids = g.param("ids", DType::I64, vec![DimExpr::sym("S")]);
+    let table = g.param("table", DType::F32, vec![DimExpr::constant(V as i64), 32.into()]);
+    let x = g.op(Op::Gather { axis: 0 }, &[table, ids], "x").unwrap();
+    g.output(x);
+    g.finish().unwrap()
+}
+
+/// `[S, D]` -> logits `[S, V]`.
+pub fn head_graph() -> autofusion_compiler::ir::Graph {
+    let mut g = GraphBuilder::new("head");
+    let x = g.param("x", DType::F32, vec![DimExpr::sym("S"), 32.into()]);
+    let n = g.param("norm", DType::F32, vec![32.into()]);
+    let w = g.param("w_out", DType::F32, vec![32.into(), DimExpr::constant(V as i64)]);
+    let h = g.op(Op::RmsNorm { eps: 1e-5 }, &[x, n], "h").unwrap();
+    let logits = g.matmul(h, w, "logits").unwrap();
+    g.output(logits);
+    g.finish().unwrap()
+}
