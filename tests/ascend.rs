@@ -271,23 +271,12 @@ fn cache_writes_of_any_layout_match_the_reference_on_ascend() {
             let unit = Unit::from_graph(graph.clone(), opts).unwrap();
             let what = format!("{} at opt_level {level}", graph.name);
             let (_, m) = build_and_load(&unit, &target, &format!("kvl{level}"), &what);
-            let (_, mut cache) = decoder_graphs::layout_inputs(&graph, 3, 1, 17, 0);
-            let mut want_cache = cache.clone();
-            let mut p = 0;
-            for (i, s) in [4usize, 1, 7].into_iter().enumerate() {
-                let (x, _) = decoder_graphs::layout_inputs(&graph, 3, s, 17, i as u64);
-                let dims = [("P", p as i64)];
-                let got = m.run_with_state(0, &[&x], &mut [&mut cache], &dims).unwrap();
-                let want = m.reference_with_state(&[&x], &mut [&mut want_cache], &dims).unwrap();
-                let at = format!("Ascend: {what}, P = {p}, S = {s}");
-                common::assert_close(&at, &got, &want);
-                common::assert_close(
-                    &format!("{at}: cache"),
-                    &[cache.clone()],
-                    &[want_cache.clone()],
-                );
-                p += s;
-            }
+            decoder_graphs::check_layout_calls(
+                &graph,
+                &format!("Ascend: {what}"),
+                |x, c, dims| m.run_with_state(0, &[x], &mut [c], dims).unwrap(),
+                |x, c, dims| m.reference_with_state(&[x], &mut [c], dims).unwrap(),
+            );
         }
     }
 }

@@ -150,48 +150,77 @@ pub fn caches(z: Sizes, t: usize) -> (Tensor, Tensor) {
 /// visible rows summed over the cache axis (`[.., 1, D]`), so every row read counts.
 pub fn cache_layouts() -> Vec<Graph> {
     let (s, t, b, c) = (DimExpr::sym("S"), DimExpr::sym("T"), DimExpr::sym("B"), DimExpr::constant);
-    let mut out = Vec::new();
-    // [T, D] f16, axis 0.
-    let mut g = GraphBuilder::new("cache_f16_rows");
-    let x = g.param("x", DType::F32, vec![s.clone(), c(24)]);
-    let cache = g.state("cache", DType::F16, vec![t.clone(), c(24)]);
+    let f16_rows = layout(
+        "cache_f16_rows",
+        vec![s.clone(), c(24)],
+        vec![t.clone(), c(24)],
+        0,
+        DType::F16,
+        |g, x| g.cast(x, DType::F16, "x16").unwrap(),
+    );
+    let batched = layout(
+        "cache_batched",
+        vec![b.clone(), s.clone(), c(20)],
+        vec![b, t.clone(), c(20)],
+        1,
+        DType::F32,
+        |g, x| g.unary(UnaryOp::Tanh, x, "y").unwrap(),
+    );
+    let columns = layout("cache_columns", vec![s, c(12)], vec![c(12), t], 1, DType::F32, |g, x| {
+        g.op(Op::Transpose { perm: vec![1, 0] }, &[x], "xt").unwrap()
+    });
+    vec![f16_rows, batched, columns]
+}
+
+/// `x` (`x_shape`, f32) through `new` written into a `cache` of `cache_shape` along `axis` at
+/// the caller's `P`; the visible `P + S` positions summed over the axis, in f32.
+fn layout(
+    name: &str,
+    x_shape: Vec<DimExpr>,
+    cache_shape: Vec<DimExpr>,
+    axis: usize,
+    dtype: DType,
+    new: impl Fn(&mut GraphBuilder, autofusion_compiler::ir::NodeId) -> autofusion_compiler::ir::NodeId,
+) -> Graph {
+    let s = DimExpr::sym("S");
+    let mut g = GraphBuilder::new(name);
+    let x = g.param("x", DType::F32, x_shape);
+    let cache = g.state("cache", dtype, cache_shape);
     let p = g.call_dim("P");
-    let x16 = g.cast(x, DType::F16, "x16").unwrap();
-    let all = g.cache_write(cache, x16, 0, p.clone(), "all").unwrap();
-    let vis = g.op(Op::Slice { axis: 0, start: c(0), end: p.add(&s) }, &[all], "vis").unwrap();
+    let y = new(&mut g, x);
+    let all = g.cache_write(cache, y, axis, p.clone(), "all").unwrap();
+    let slice = Op::Slice { axis, start: DimExpr::constant(0), end: p.add(&s) };
+    let vis = g.op(slice, &[all], "vis").unwrap();
     let vis = g.cast(vis, DType::F32, "vis32").unwrap();
-    let sum = g
-        .op(Op::Reduce { kind: autofusion_compiler::ir::ReduceKind::Sum, axis: 0 }, &[vis], "sum")
-        .unwrap();
-    g.output(sum);
-    out.push(g.finish().unwrap());
-    // [B, T, D], axis 1.
-    let mut g = GraphBuilder::new("cache_batched");
-    let x = g.param("x", DType::F32, vec![b.clone(), s.clone(), c(20)]);
-    let cache = g.state("cache", DType::F32, vec![b.clone(), t.clone(), c(20)]);
-    let p = g.call_dim("P");
-    let y = g.unary(UnaryOp::Tanh, x, "y").unwrap();
-    let all = g.cache_write(cache, y, 1, p.clone(), "all").unwrap();
-    let vis = g.op(Op::Slice { axis: 1, start: c(0), end: p.add(&s) }, &[all], "vis").unwrap();
-    let sum = g
-        .op(Op::Reduce { kind: autofusion_compiler::ir::ReduceKind::Sum, axis: 1 }, &[vis], "sum")
-        .unwrap();
-    g.output(sum);
-    out.push(g.finish().unwrap());
-    // [D, T], the last axis: the new columns are x transposed.
-    let mut g = GraphBuilder::new("cache_columns");
-    let x = g.param("x", DType::F32, vec![s.clone(), c(12)]);
-    let cache = g.state("cache", DType::F32, vec![c(12), t.clone()]);
-    let p = g.call_dim("P");
-    let xt = g.op(Op::Transpose { perm: vec![1, 0] }, &[x], "xt").unwrap();
-    let all = g.cache_write(cache, xt, 1, p.clone(), "all").unwrap();
-    let vis = g.op(Op::Slice { axis: 1, start: c(0), end: p.add(&s) }, &[all], "vis").unwrap();
-    let sum = g
-        .op(Op::Reduce { kind: autofusion_compiler::ir::ReduceKind::Sum, axis: 1 }, &[vis], "sum")
-        .unwrap();
-    g.output(sum);
-    out.push(g.finish().unwrap());
-    out
+    let sum = autofusion_compiler::ir::ReduceKind::Sum;
+    let out = g.op(Op::Reduce { kind: sum, axis }, &[vis], "sum").unwrap();
+    g.output(out);
+    g.finish().unwrap()
+}
+
+/// Calls of `graph` (one of `cache_layouts`) of 4, 1 and 7 tokens from position 0 through
+/// `run` and `reference` (each given x, its own cache and the dims), outputs and caches
+/// compared after each call.
+pub fn check_layout_calls(
+    graph: &Graph,
+    what: &str,
+    mut run: impl FnMut(&Tensor, &mut Tensor, &[(&str, i64)]) -> Vec<Tensor>,
+    mut reference: impl FnMut(&Tensor, &mut Tensor, &[(&str, i64)]) -> Vec<Tensor>,
+) {
+    let (_, mut cache) = layout_inputs(graph, 3, 1, 17, 0);
+    let mut want_cache = cache.clone();
+    let mut p = 0;
+    for (i, s) in [4usize, 1, 7].into_iter().enumerate() {
+        let (x, _) = layout_inputs(graph, 3, s, 17, i as u64);
+        let dims = [("P", p as i64)];
+        let got = run(&x, &mut cache, &dims);
+        let want = reference(&x, &mut want_cache, &dims);
+        let at = format!("{what}, P = {p}, S = {s}");
+        crate::common::assert_close(&at, &got, &want);
+        let caches = |c: &Tensor| vec![c.clone()];
+        crate::common::assert_close(&format!("{at}: cache"), &caches(&cache), &caches(&want_cache));
+        p += s;
+    }
 }
 
 /// Calls of a `cache_layouts` graph: (x, the cache at `t` positions) for steps of `sizes`
