@@ -65,17 +65,7 @@ impl Signature {
         let outputs =
             g.outputs.iter().map(|o| (g.node(*o).dtype, g.node(*o).shape.clone())).collect();
         let state = g.state.clone();
-        let pnodes = g.param_nodes();
-        let call_dims = g
-            .dyn_dims
-            .iter()
-            .filter(|d| {
-                !pnodes
-                    .iter()
-                    .any(|p| g.node(*p).shape.iter().any(|e| e.as_sym() == Some(d.as_str())))
-            })
-            .cloned()
-            .collect();
+        let call_dims = g.caller_dims();
         Signature { params, outputs, tuple_return, state, call_dims }
     }
 }

@@ -547,6 +547,15 @@ impl Graph {
     pub fn is_state(&self, id: NodeId) -> bool {
         matches!(self.node(id).op, Op::Param { index } if self.state.contains(&index))
     }
+    /// The dynamic dims no parameter's shape carries as a whole axis: the caller gives them at
+    /// each call (the position `P` of a KV cache's first new row).
+    pub fn caller_dims(&self) -> Vec<String> {
+        let pnodes = self.param_nodes();
+        let carried = |d: &str| {
+            pnodes.iter().any(|p| self.node(*p).shape.iter().any(|e| e.as_sym() == Some(d)))
+        };
+        self.dyn_dims.iter().filter(|d| !carried(d)).cloned().collect()
+    }
     /// The `CacheWrite` of each state parameter, in `state` order (`verify` checks there is
     /// exactly one).
     pub fn state_writes(&self) -> Vec<NodeId> {

@@ -950,17 +950,9 @@ pub(crate) fn merge_state<'a>(
         .collect()
 }
 
-/// The dynamic dims of `g` that no parameter's shape carries: the caller gives them
-/// (`run_with_state`).
+/// The dims the caller gives (`Graph::caller_dims`).
 pub fn caller_dims(g: &Graph) -> Vec<String> {
-    let pnodes = g.param_nodes();
-    g.dyn_dims
-        .iter()
-        .filter(|d| {
-            !pnodes.iter().any(|p| g.node(*p).shape.iter().any(|e| e.as_sym() == Some(d.as_str())))
-        })
-        .cloned()
-        .collect()
+    g.caller_dims()
 }
 
 /// Check dtypes and shapes of `inputs` against `g`'s parameters and bind the dynamic dims.
