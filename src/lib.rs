@@ -42,6 +42,9 @@ pub use autofusion_runtime::{
 /// `packs::bytes_packed_from`).
 pub use autofusion_runtime::packs;
 
+/// The CPU model and the micro-kernel level the generated code picks on it, for reports.
+pub use autofusion_runtime::machine;
+
 /// The number of threads the host kernels run on (`AUTOFUSION_THREADS`, else the CPUs this
 /// process may use), for reports.
 pub fn threads() -> usize {

@@ -125,6 +125,12 @@ fn prefill_steps_truncate_and_reset_agree() {
     a.reset();
     assert_eq!(a.position(), 0);
     close("reset then prefill 9", &a.prefill(&IDS).unwrap().to_f32_vec(), &all.to_f32_vec());
+    // The last token's logits alone, as generation asks for them.
+    a.reset();
+    let last = a.prefill_last(&IDS).unwrap();
+    assert_eq!(last.shape(), &[1, V]);
+    assert_eq!(a.position(), 9);
+    close("prefill_last 9 = row 8 of prefill 9", &last.to_f32_vec(), &rows(&all, 8, 9));
 }
 
 #[test]

@@ -482,10 +482,33 @@ impl Module {
     pub fn time_kernels(&self, inputs: &[&Tensor], reps: usize) -> Result<Vec<f64>> {
         self.stateless()?;
         let dims = self.bind(inputs)?;
+        self.median_kernel_times(&CallParams::of(inputs), &dims, reps)
+    }
+
+    /// `time_kernels` of a graph with state (a decode step): every rep writes the caches at
+    /// the same position, so each one times the same call.
+    pub fn time_kernels_with_state(
+        &self,
+        inputs: &[&Tensor],
+        state: &mut [&mut Tensor],
+        call_dims: &[(&str, i64)],
+        reps: usize,
+    ) -> Result<Vec<f64>> {
+        let dims = self.bind_with_state(inputs, state, call_dims)?;
+        let params = CallParams::with_state(&self.meta.graph, inputs, state);
+        self.median_kernel_times(&params, &dims, reps)
+    }
+
+    fn median_kernel_times(
+        &self,
+        params: &CallParams,
+        dims: &[i64],
+        reps: usize,
+    ) -> Result<Vec<f64>> {
         let mut all: Vec<Vec<f64>> = vec![Vec::new(); self.meta.kernels.len()];
         for _ in 0..reps.max(1) {
             let mut t = vec![0.0; self.meta.kernels.len()];
-            self.run_inner(&CallParams::of(inputs), &dims, Some(&mut t))?;
+            self.run_inner(params, dims, Some(&mut t))?;
             for (k, v) in t.into_iter().enumerate() {
                 all[k].push(v);
             }
@@ -493,7 +516,7 @@ impl Module {
         Ok(all
             .into_iter()
             .map(|mut v| {
-                v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+                v.sort_by(|a, b| a.total_cmp(b));
                 v[v.len() / 2]
             })
             .collect())

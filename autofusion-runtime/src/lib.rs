@@ -12,6 +12,7 @@ pub mod ascend;
 pub mod error;
 pub mod exec;
 pub mod library;
+pub mod machine;
 pub mod memory;
 pub mod packs;
 pub mod pool;

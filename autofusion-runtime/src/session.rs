@@ -173,6 +173,23 @@ impl<'m> Session<'m> {
     /// Run `ids` at the current position; the logits of every one of them (`[S, V]`). An
     /// error leaves the position where it was (and, when the ids do not fit, the caches too).
     pub fn prefill(&mut self, ids: &[i64]) -> Result<Tensor> {
+        self.run(ids, false)
+    }
+
+    /// `prefill` that computes the logits of the last token only (`[1, V]`): what generation
+    /// needs, without the output projection of every prompt position.
+    pub fn prefill_last(&mut self, ids: &[i64]) -> Result<Tensor> {
+        self.run(ids, true)
+    }
+
+    /// One token at the current position: its logits (`[1, V]`).
+    pub fn step(&mut self, id: i64) -> Result<Tensor> {
+        self.run(&[id], true)
+    }
+
+    /// `ids` through the embedding and every layer at the current position, then the head
+    /// over every position or (`last_only`) the last one.
+    fn run(&mut self, ids: &[i64], last_only: bool) -> Result<Tensor> {
         let g = self.model.layer.graph();
         if ids.is_empty() || self.pos + ids.len() > self.max_len {
             return Err(Error::Dims {
@@ -200,16 +217,14 @@ impl<'m> Session<'m> {
             let mut state: Vec<&mut Tensor> = caches.iter_mut().collect();
             x = one(self.model.layer.run_with_state(&ins, &mut state, &dims)?, self.model.layer)?;
         }
+        if last_only && ids.numel() > 1 {
+            x = x.rows(ids.numel() - 1, ids.numel())?;
+        }
         let mut ins = vec![&x];
         ins.extend(self.model.head_inputs.iter().copied());
         let logits = one(self.model.head.run(&ins)?, self.model.head)?;
         self.pos += ids.numel();
         Ok(logits)
-    }
-
-    /// One token at the current position: its logits (`[1, V]`).
-    pub fn step(&mut self, id: i64) -> Result<Tensor> {
-        self.prefill(&[id])
     }
 
     /// Back to position `n` (at most the current one): the next token goes to `n`.

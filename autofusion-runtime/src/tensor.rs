@@ -273,6 +273,30 @@ impl Tensor {
             stamp: self.stamp.clone(),
         })
     }
+    /// Rows `from .. to` along the first axis, as a new tensor (a decoder's last position).
+    pub fn rows(&self, from: usize, to: usize) -> Result<Tensor> {
+        let n = self.shape.first().copied().unwrap_or(0);
+        if from > to || to > n {
+            return Err(Error::Tensor {
+                op: "rows".into(),
+                dtype: self.dtype().name().into(),
+                msg: format!("rows {from} .. {to} of a tensor of shape {:?}", self.shape),
+            });
+        }
+        let inner = numel(&self.shape[1..]);
+        let (a, b) = (from * inner, to * inner);
+        let storage = match &self.storage {
+            Storage::F32(v) => Storage::F32(v[a..b].to_vec()),
+            Storage::F16(v) => Storage::F16(v[a..b].to_vec()),
+            Storage::BF16(v) => Storage::BF16(v[a..b].to_vec()),
+            Storage::I64(v) => Storage::I64(v[a..b].to_vec()),
+            Storage::I32(v) => Storage::I32(v[a..b].to_vec()),
+            Storage::Bool(v) => Storage::Bool(v[a..b].to_vec()),
+        };
+        let mut shape = self.shape.clone();
+        shape[0] = to - from;
+        Ok(Tensor { storage, shape, stamp: Stamp::new() })
+    }
     pub(crate) fn as_ptr(&self) -> *const u8 {
         match &self.storage {
             Storage::F32(v) => v.as_ptr() as *const u8,

@@ -247,21 +247,37 @@ pub fn layout_inputs(g: &Graph, b: usize, s: usize, t: usize, seed: u64) -> (Ten
 pub const V: usize = 50;
 
 /// ids `[S]` -> rows of the table.
-pub fn embed_graph() -> autofusion_compiler::ir::Graph {
+pub fn embed_graph() -> Graph {
+    embed_graph_of(32, V as i64)
+}
+
+/// `[S, D]` -> logits `[S, V]`.
+pub fn head_graph() -> Graph {
+    head_graph_of(32, V as i64, false)
+}
+
+/// ids `[S]` -> rows of a `[v, d]` table.
+pub fn embed_graph_of(d: i64, v: i64) -> Graph {
     let mut g = GraphBuilder::new("embed");
     let ids = g.param("ids", DType::I64, vec![DimExpr::sym("S")]);
-    let table = g.param("table", DType::F32, vec![DimExpr::constant(V as i64), 32.into()]);
+    let table = g.param("table", DType::F32, vec![DimExpr::constant(v), d.into()]);
     let x = g.op(Op::Gather { axis: 0 }, &[table, ids], "x").unwrap();
     g.output(x);
     g.finish().unwrap()
 }
 
-/// `[S, D]` -> logits `[S, V]`.
-pub fn head_graph() -> autofusion_compiler::ir::Graph {
+/// `[S, d]` -> RMSNorm -> logits `[S, v]`, by an output weight `[d, v]` or (`tied`) the
+/// embedding table `[v, d]` read transposed.
+pub fn head_graph_of(d: i64, v: i64, tied: bool) -> Graph {
     let mut g = GraphBuilder::new("head");
-    let x = g.param("x", DType::F32, vec![DimExpr::sym("S"), 32.into()]);
-    let n = g.param("norm", DType::F32, vec![32.into()]);
-    let w = g.param("w_out", DType::F32, vec![32.into(), DimExpr::constant(V as i64)]);
+    let x = g.param("x", DType::F32, vec![DimExpr::sym("S"), d.into()]);
+    let n = g.param("norm", DType::F32, vec![d.into()]);
+    let w = if tied {
+        let table = g.param("table", DType::F32, vec![DimExpr::constant(v), d.into()]);
+        g.op(Op::Transpose { perm: vec![1, 0] }, &[table], "w_out").unwrap()
+    } else {
+        g.param("w_out", DType::F32, vec![d.into(), DimExpr::constant(v)])
+    };
     let h = g.op(Op::RmsNorm { eps: 1e-5 }, &[x, n], "h").unwrap();
     let logits = g.matmul(h, w, "logits").unwrap();
     g.output(logits);

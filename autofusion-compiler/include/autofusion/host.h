@@ -226,6 +226,25 @@ static inline float af_vexp_sum(float *restrict x, int64_t n, float m) {
     return p[0];
 }
 
+/* Attention with few queries (decode): a score as the dot product of a query row and a key
+ * row, sixteen partial sums as above; and o[0..n) += p * v[0..n). */
+static inline float af_vdot(const float *restrict a, const float *restrict b, int64_t n) {
+    float p[16];
+    for (int l = 0; l < 16; ++l) p[l] = 0.0f;
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) p[l] += a[j + l] * b[j + l];
+    /* (the tail by lane: GCC's loop-bound check misfires on `for (; j < n; ++j)` here once
+     * n is a constant inlined from the kernel) */
+    for (int l = 0; l < n - j; ++l) p[l] += a[j + l] * b[j + l];
+    for (int l = 8; l > 0; l /= 2)
+        for (int i = 0; i < l; ++i) p[i] += p[i + l];
+    return p[0];
+}
+static inline void af_vaxpy(float *restrict o, float p, const float *restrict v, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) o[j] += p * v[j];
+}
+
 /* Every kernel is compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2+FMA) and the baseline,
  * and the loader picks the widest this CPU runs (GCC function multi-versioning), so the
  * elementwise and reduction loops vectorise at the machine's width without -march. */

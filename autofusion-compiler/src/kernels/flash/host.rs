@@ -73,9 +73,15 @@ pub(crate) fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work 
     body.block("for (int64_t u = u0; u < u1; ++u)", |c| {
         c.line("const int64_t bi = u / ug, qb0 = (u % ug) * QPU, qb1 = af_min64(qt, qb0 + QPU);");
         key_range(em, &fl, c);
+        // At most half a micro-kernel tile of queries (a decode step): the MR x NR tiles
+        // would be mostly empty rows, so scores are dot products over rows instead.
+        c.line("if (SQ <= MR / 2) {");
+        few_queries(em, &fl, c);
+        c.line("} else {");
         pack_kt(em, &fl, c);
         pack_v(em, &fl, c);
         query_blocks(em, &fl, c);
+        c.line("}");
     });
     let Flash { batch, sq, sk, d, dv, .. } = fl;
     Work::Flash { batch: numel(&batch), sq, sk, d, dv }
@@ -173,6 +179,12 @@ pub(crate) fn query_blocks(em: &Emitter, fl: &Flash, c: &mut Code) {
     c.line("const int64_t q0 = qb * BR, br = af_min64(BR, SQ - q0);");
     let q_direct = query_block(em, fl, c);
     key_blocks(em, fl, q_direct, c);
+    store_rows(em, fl, c);
+    c.line("} /* query blocks */");
+}
+
+/// The rows of a query block normalised by their softmax sums and stored.
+fn store_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
     let g = em.g;
     let rs = RowStore::new(em, fl.f.pv, &fl.members);
     let ob = em.buf[&rs.buf];
@@ -193,6 +205,65 @@ pub(crate) fn query_blocks(em: &Emitter, fl: &Flash, c: &mut Code) {
             store(g.node(fl.f.pv).dtype, &format!("out{ob}"), "orow + c", "o")
         ));
     });
+}
+
+/// Attention for a few queries (decode at S = 1): per key block, the keys' rows are copied
+/// row-major into `Kp` and the values' into `Vp` (whatever their layout, read once per block),
+/// each score is a dot product of a query row and a key row, and each probability adds its
+/// value row to the output; the score chain and the online softmax are the tiled path's.
+pub(crate) fn few_queries(em: &Emitter, fl: &Flash, c: &mut Code) {
+    c.line("for (int64_t qb = qb0; qb < qb1; ++qb) {");
+    c.line("const int64_t q0 = qb * BR, br = af_min64(BR, SQ - q0);");
+    c.block_noted("for (int64_t i = 0; i < br; ++i)", "the query rows, row-major", |c| {
+        em.row_prologue(&fl.spq, "bi * SQ + q0 + i", c);
+        c.line(format!(
+            "for (int64_t c = 0; c < D; ++c) Qp[i * D + c] = {};",
+            em.read(&fl.spq, fl.q, "c")
+        ));
+        c.line("Mr[i] = -INFINITY; Lr[i] = 0.0f;");
+        c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;");
+    });
+    c.block("for (int64_t k0 = 0; k0 < kend; k0 += BC)", |c| {
+        if fl.causal {
+            let shift = fl.sk.sub(&fl.sq);
+            c.line(format!(
+                "if (k0 > q0 + br - 1 + {}) break; /* every later key is masked for this block */",
+                em.dim(&shift)
+            ));
+        }
+        c.line("const int64_t bc = af_min64(BC, SK - k0);");
+        if em.strided_cols(&fl.spk, fl.kt) {
+            c.block_noted("", "the block's key rows, row-major", |c| {
+                em.row_prologue(&fl.spk, "bi * D", c);
+                c.line(format!(
+                    "for (int64_t j = 0; j < bc; ++j) for (int64_t c = 0; c < D; ++c) Kp[j * D + c] = {};",
+                    em.read_inner(&fl.spk, fl.kt, "c", "k0 + j")
+                ));
+            });
+        } else {
+            let note = "the block's key rows, row-major (K^T read along its rows)";
+            c.block_noted("for (int64_t c = 0; c < D; ++c)", note, |c| {
+                em.row_prologue(&fl.spk, "bi * D + c", c);
+                c.line(format!(
+                    "for (int64_t j = 0; j < bc; ++j) Kp[j * D + c] = {};",
+                    em.read(&fl.spk, fl.kt, "k0 + j")
+                ));
+            });
+        }
+        c.block_noted("for (int64_t j = 0; j < bc; ++j)", "the block's value rows", |c| {
+            em.row_prologue(&fl.spv, "bi * SK + k0 + j", c);
+            c.line(format!(
+                "for (int64_t c = 0; c < DV; ++c) Vp[j * DV + c] = {};",
+                em.read(&fl.spv, fl.v, "c")
+            ));
+        });
+        c.block("for (int64_t i = 0; i < br; ++i)", |c| {
+            c.line("for (int64_t j = 0; j < bc; ++j) St[i * BC + j] = af_vdot(Qp + i * D, Kp + j * D, D);");
+            score_row(em, fl, c);
+            c.line("for (int64_t j = 0; j < bc; ++j) af_vaxpy(Ot + i * DV, srow[j], Vp + j * DV, DV);");
+        });
+    });
+    store_rows(em, fl, c);
     c.line("} /* query blocks */");
 }
 
