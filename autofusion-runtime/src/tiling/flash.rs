@@ -38,10 +38,12 @@ pub(super) fn host(
         ..Default::default()
     };
     let skp = (sk + NR_MAX - 1) / NR_MAX * NR_MAX;
-    (
-        tiling,
-        (d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br) as usize,
-    )
+    let tiled = d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br;
+    // With at most MR / 2 queries the kernel computes every query head of a KV group in one
+    // unit (`few_queries` of the generator): one key and one value block, and the row state
+    // of up to `b` heads (the group is a part of the batch).
+    let few = if sq <= MR_MAX / 2 { bc * (d + dv) + b * br * (d + bc + dv + 2) } else { 0 };
+    (tiling, tiled.max(few) as usize)
 }
 
 /// The launch on an Ascend device, and the user-workspace bytes the kernel needs.

@@ -6,7 +6,7 @@ use crate::codegen::host::c::*;
 use crate::dim::{numel, DimExpr, Shape};
 use crate::group::FlashParts;
 use crate::ir::{NodeId, Op};
-use crate::layout::resolve;
+use crate::layout::{resolve, space_strides};
 use crate::plan::Group;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -207,21 +207,56 @@ fn store_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
     });
 }
 
-/// Attention for a few queries (decode at S = 1): per key block, the keys' rows are copied
-/// row-major into `Kp` and the values' into `Vp` (whatever their layout, read once per block),
-/// each score is a dot product of a query row and a key row, and each probability adds its
-/// value row to the output; the score chain and the online softmax are the tiled path's.
+/// The extent of the trailing batch axes over which K and V are both broadcast (the query
+/// heads sharing one KV head in grouped-query attention); 1 when there are none.
+fn kv_group(em: &Emitter, fl: &Flash) -> DimExpr {
+    let g = em.g;
+    let strides = |v: NodeId, rank: usize| space_strides(&resolve(g, v), &g.node(v).shape, rank);
+    let (sk, sv) = (strides(fl.kt, fl.spk.shape.len()), strides(fl.v, fl.spv.shape.len()));
+    let mut group = DimExpr::constant(1);
+    for a in (0..fl.batch.len()).rev() {
+        if sk[a].as_const() != Some(0) || sv[a].as_const() != Some(0) {
+            break;
+        }
+        group = group.mul(&fl.batch[a]);
+    }
+    group
+}
+
+/// Attention for a few queries (decode at S = 1). The unit of the first head of a KV group
+/// (`kv_group`) computes every head of the group, so each key and value row is read once
+/// for all of them; the others have nothing to do. Per key block, the keys' rows are copied
+/// row-major into `Kp` and the values' into `Vp` (whatever their layout); each score is a
+/// dot product of a query row and a key row and each probability adds its value row to the
+/// output; the score chain and the online softmax are the tiled path's, run per head with
+/// `bi` and the row state (`Qp`, `St`, `Ot`, `Mr`, `Lr`) shadowed to that head's. The
+/// runtime sizes the scratch for this layout when `SQ <= MR_MAX / 2`.
 pub(crate) fn few_queries(em: &Emitter, fl: &Flash, c: &mut Code) {
+    c.line(format!("const int64_t GB = {}, bi0 = bi;", em.dim(&kv_group(em, fl))));
+    c.line("if (bi % GB != 0) continue; /* done by the unit of the group's first head */");
+    c.line("float *const Kp = scratch, *const Vp = Kp + BC * D, *const Q0 = Vp + BC * DV, *const S0 = Q0 + GB * BR * D;");
+    c.line("float *const O0 = S0 + GB * BR * BC, *const M0 = O0 + GB * BR * DV, *const L0 = M0 + GB * BR;");
+    let per_head = |c: &mut Code, body: &dyn Fn(&mut Code)| {
+        c.block("for (int64_t gq = 0; gq < GB; ++gq)", |c| {
+            c.line("const int64_t bi = bi0 + gq;");
+            c.line("float *const Qp = Q0 + gq * BR * D, *const St = S0 + gq * BR * BC, *const Ot = O0 + gq * BR * DV;");
+            c.line("float *const Mr = M0 + gq * BR, *const Lr = L0 + gq * BR;");
+            c.line("(void)bi; (void)Qp; (void)St; (void)Ot; (void)Mr; (void)Lr;");
+            body(c);
+        });
+    };
     c.line("for (int64_t qb = qb0; qb < qb1; ++qb) {");
     c.line("const int64_t q0 = qb * BR, br = af_min64(BR, SQ - q0);");
-    c.block_noted("for (int64_t i = 0; i < br; ++i)", "the query rows, row-major", |c| {
-        em.row_prologue(&fl.spq, "bi * SQ + q0 + i", c);
-        c.line(format!(
-            "for (int64_t c = 0; c < D; ++c) Qp[i * D + c] = {};",
-            em.read(&fl.spq, fl.q, "c")
-        ));
-        c.line("Mr[i] = -INFINITY; Lr[i] = 0.0f;");
-        c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;");
+    per_head(c, &|c| {
+        c.block_noted("for (int64_t i = 0; i < br; ++i)", "the query rows, row-major", |c| {
+            em.row_prologue(&fl.spq, "bi * SQ + q0 + i", c);
+            c.line(format!(
+                "for (int64_t c = 0; c < D; ++c) Qp[i * D + c] = {};",
+                em.read(&fl.spq, fl.q, "c")
+            ));
+            c.line("Mr[i] = -INFINITY; Lr[i] = 0.0f;");
+            c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;");
+        });
     });
     c.block("for (int64_t k0 = 0; k0 < kend; k0 += BC)", |c| {
         if fl.causal {
@@ -257,13 +292,15 @@ pub(crate) fn few_queries(em: &Emitter, fl: &Flash, c: &mut Code) {
                 em.read(&fl.spv, fl.v, "c")
             ));
         });
-        c.block("for (int64_t i = 0; i < br; ++i)", |c| {
-            c.line("for (int64_t j = 0; j < bc; ++j) St[i * BC + j] = af_vdot(Qp + i * D, Kp + j * D, D);");
-            score_row(em, fl, c);
-            c.line("for (int64_t j = 0; j < bc; ++j) af_vaxpy(Ot + i * DV, srow[j], Vp + j * DV, DV);");
+        per_head(c, &|c| {
+            c.block("for (int64_t i = 0; i < br; ++i)", |c| {
+                c.line("for (int64_t j = 0; j < bc; ++j) St[i * BC + j] = af_vdot(Qp + i * D, Kp + j * D, D);");
+                score_row(em, fl, c);
+                c.line("for (int64_t j = 0; j < bc; ++j) af_vaxpy(Ot + i * DV, srow[j], Vp + j * DV, DV);");
+            });
         });
     });
-    store_rows(em, fl, c);
+    per_head(c, &|c| store_rows(em, fl, c));
     c.line("} /* query blocks */");
 }
 
