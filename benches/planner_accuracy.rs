@@ -1,9 +1,10 @@
 //! How well the cost model predicts this machine: for every candidate the planner scored on
-//! the seed, BERT and Llama layers at three sequence lengths, build the graph twice (the
-//! candidate's parts as separate kernels, and fused), time the kernels involved on the host,
-//! and compare with the prediction.
+//! the seed, BERT and Llama layers at three sequence lengths, and on a decode step of a
+//! Llama-style layer with a KV cache (SmolLM2-135M's shapes, S = 1 at positions 0, 512 and
+//! 2048), build the graph twice (the candidate's parts as separate kernels, and fused), time
+//! the kernels involved on the host, and compare with the prediction.
 //!
-//!     cargo bench --bench planner_accuracy
+//!     cargo bench --bench planner_accuracy [-- --only decode|layers]
 //!
 //! Prints one line per candidate, the median relative error of predicted kernel times, the
 //! kept fusions that were measurably slower than their parts, and finally
@@ -22,6 +23,71 @@ use std::path::PathBuf;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "../tests/decoder_graphs/mod.rs"]
+mod decoder_graphs;
+
+/// What a point's kernels are timed on: a stateless layer's inputs, or a decode step's
+/// inputs, its caches and the position.
+enum Inputs {
+    Plain(Vec<Tensor>),
+    Decode { ins: Vec<Tensor>, caches: [Tensor; 2], p: i64 },
+}
+
+impl Inputs {
+    fn time(&mut self, m: &autofusion::Module) -> Vec<f64> {
+        match self {
+            Inputs::Plain(ins) => {
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                m.time_kernels(&refs, 1).unwrap()
+            }
+            Inputs::Decode { ins, caches: [k, v], p } => {
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                m.time_kernels_with_state(&refs, &mut [k, v], &[("P", *p)], 1).unwrap()
+            }
+        }
+    }
+}
+
+/// One planned and timed point: a unit, the dims it is planned for, a label, its inputs.
+struct Point {
+    unit: Unit,
+    hints: Vec<(String, i64)>,
+    label: String,
+    inputs: Inputs,
+}
+
+/// The layers at S = 16, 128, 512.
+fn layer_points() -> Vec<Point> {
+    let mut out = Vec::new();
+    for u in units() {
+        for s in [16i64, 128, 512] {
+            let inputs = Inputs::Plain(common::inputs(&u.graph, &[s], 7));
+            let hints = vec![("S".to_string(), s)];
+            out.push(Point { unit: u.clone(), hints, label: format!("S={s}"), inputs });
+        }
+    }
+    out
+}
+
+/// A decode step (S = 1) of the KV-cache layer at SmolLM2-135M's shapes, at three positions.
+fn decode_points() -> Vec<Point> {
+    use decoder_graphs::{caches, decoder_layer, rope_tables, weights, Sizes};
+    let z = Sizes { d: 576, h: 9, kvh: 3, dh: 64, f: 1536 };
+    let t = 2049usize;
+    let opts = autofusion_compiler::Options { opt_level: 3, ..Default::default() };
+    let unit = Unit::from_graph(decoder_layer(z), opts).unwrap();
+    let mut out = Vec::new();
+    for p in [0i64, 512, 2048] {
+        let (cos, sin) = rope_tables(t, z.dh as usize);
+        let mut ins = vec![Tensor::randn(&[1, z.d as usize], 1.0, 3), cos, sin];
+        ins.extend(weights(z, 11));
+        let (k, v) = caches(z, t);
+        let hints = [("S", 1), ("T", t as i64), ("P", p)].map(|(n, v)| (n.to_string(), v)).to_vec();
+        let inputs = Inputs::Decode { ins, caches: [k, v], p };
+        out.push(Point { unit: unit.clone(), hints, label: format!("P={p}"), inputs });
+    }
+    out
+}
 
 fn units() -> Vec<Unit> {
     let mut out = Vec::new();
@@ -62,6 +128,9 @@ fn kind_of(
     }
     if nodes.iter().any(|n| matches!(g.node(*n).op, Op::Concat { .. })) {
         return (GroupKind::Concat, None);
+    }
+    if nodes.iter().any(|n| matches!(g.node(*n).op, Op::CacheWrite { .. })) {
+        return (GroupKind::CacheWrite, None);
     }
     (GroupKind::Elementwise, None)
 }
@@ -161,16 +230,24 @@ fn main() {
     let mut ratios: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
     println!("target: {}", target.sources.join("; "));
     println!(
-        "{:<12} {:>5} {:<20} {:>9} {:>9} {:>9} {:>9}  decision  sign",
-        "layer", "S", "rule", "pred us", "meas us", "pred fus", "meas fus"
+        "{:<12} {:>6} {:<20} {:>9} {:>9} {:>9} {:>9}  decision  sign",
+        "layer", "point", "rule", "pred us", "meas us", "pred fus", "meas fus"
     );
-    for u in units() {
+    let args: Vec<String> = std::env::args().collect();
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
+    let mut points = Vec::new();
+    if only.as_deref() != Some("decode") {
+        points.extend(layer_points());
+    }
+    if only.as_deref() != Some("layers") {
+        points.extend(decode_points());
+    }
+    for mut pt in points {
+        let u = &pt.unit;
         let g = &u.graph;
-        for s in [16i64, 128, 512] {
-            let hints = vec![("S".to_string(), s)];
-            let p = plan(g, 3, u.lowered.options.rules, &hints, &target);
-            let ins = common::inputs(g, &[s], 7);
-            let refs: Vec<&Tensor> = ins.iter().collect();
+        let s = &pt.label;
+        {
+            let p = plan(g, 3, u.lowered.options.rules, &pt.hints, &target);
             let cands: Vec<&Candidate> = p
                 .candidates
                 .iter()
@@ -189,13 +266,13 @@ fn main() {
                 };
                 let mut ctx = Ctx { modules: &mut modules, n_sym: &mut n_sym, dir: &dir };
                 let (kp, pp) = ctx.module_for(
-                    &u,
+                    u,
                     parts.iter().map(|x| group(g, x.clone(), None)).collect(),
                     &p,
                     &target,
                 );
                 let (kf, pf) = ctx.module_for(
-                    &u,
+                    u,
                     fused.iter().map(|x| group(g, x.clone(), c.rule)).collect(),
                     &p,
                     &target,
@@ -203,8 +280,8 @@ fn main() {
                 // Interleave the two builds so both see the same machine state; medians.
                 let (mut tp, mut tf): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (Vec::new(), Vec::new());
                 for _ in 0..reps {
-                    tp.push(modules[&kp].time_kernels(&refs, 1).unwrap());
-                    tf.push(modules[&kf].time_kernels(&refs, 1).unwrap());
+                    tp.push(pt.inputs.time(&modules[&kp]));
+                    tf.push(pt.inputs.time(&modules[&kf]));
                 }
                 // Interference on a shared machine only adds time: the minimum estimates a
                 // kernel's own time best; the median is reported beside it.
@@ -259,7 +336,7 @@ fn main() {
                 let accepted = matches!(c.decision, Decision::Accepted { .. });
                 if accepted && m.fused_us > 1.02 * m.parts_us && m.fused_us - m.parts_us > 2.0 {
                     slower.push(format!(
-                        "{} S={s} {}: fused {:.1} us > parts {:.1} us",
+                        "{} {s} {}: fused {:.1} us > parts {:.1} us",
                         g.name,
                         c.rule.unwrap().name(),
                         m.fused_us,
@@ -267,7 +344,7 @@ fn main() {
                     ));
                 }
                 println!(
-                    "{:<12} {:>5} {:<20} {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:<8}  {}",
+                    "{:<12} {:>6} {:<20} {:>9.1} {:>9.1} {:>9.1} {:>9.1}  {:<8}  {}",
                     g.name,
                     s,
                     c.rule.unwrap().name(),

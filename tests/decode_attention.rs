@@ -17,6 +17,19 @@ const G: i64 = 3;
 const D: i64 = 24;
 const DV: i64 = 40;
 
+/// `q [kvh, g, S, D]` over `k [kvh, 1, T, D]` and `v [kvh, 1, T, DV]`.
+fn grouped(kvh: i64, g_heads: i64) -> Graph {
+    let (s, t, c) = (DimExpr::sym("S"), DimExpr::sym("T"), DimExpr::constant);
+    let mut g = GraphBuilder::new(&format!("decode_att_{kvh}x{g_heads}"));
+    let q = g.param("q", DType::F32, vec![c(kvh), c(g_heads), s, c(D)]);
+    let k = g.param("k", DType::F32, vec![c(kvh), c(1), t.clone(), c(D)]);
+    let v = g.param("v", DType::F32, vec![c(kvh), c(1), t, c(DV)]);
+    let att = Op::Attention { scale: 0.2, causal: true, mask: false };
+    let out = g.op(att, &[q, k, v], "att").unwrap();
+    g.output(out);
+    g.finish().unwrap()
+}
+
 /// `q [KVH, G, S, D]` over `k` (`[KVH, 1, T, D]`, or `[KVH, 1, D, T]` when `k_transposed`)
 /// and `v [KVH, 1, T, DV]`.
 fn attention(causal: bool, k_transposed: bool) -> Graph {
@@ -78,4 +91,24 @@ fn few_queries_over_grouped_kv_heads_match_the_reference() {
             }
         }
     }
+}
+
+/// The cost model prices a decode step's attention by the bytes the few-queries path reads:
+/// K and V once per KV group, so nine query heads over three KV heads move about a third of
+/// the bytes of nine heads with their own K and V at a long context, and cost less.
+#[test]
+fn decode_attention_is_priced_by_the_cache_bytes_it_reads() {
+    let flash = |graph: Graph| {
+        let hints = [("S", 1), ("T", 4096)].map(|(n, v)| (n.to_string(), v)).to_vec();
+        let unit = Unit::from_graph(graph, Options { opt_level: 3, ..Options::default() }).unwrap();
+        let rules = unit.lowered.options.rules;
+        let p = autofusion_compiler::plan::plan(&unit.graph, 3, rules, &hints, &Target::host());
+        let flash = p.groups.iter().find(|g| format!("{:?}", g.kind) == "FlashAttention");
+        let c = flash.and_then(|g| g.cost.clone()).expect("a priced flash kernel");
+        (c.bytes, c.time_us)
+    };
+    let ((gqa_bytes, gqa_us), (mha_bytes, mha_us)) = (flash(grouped(3, 3)), flash(grouped(9, 1)));
+    let ratio = gqa_bytes / mha_bytes;
+    assert!((0.3..0.37).contains(&ratio), "bytes {gqa_bytes} over 3 KV heads, {mha_bytes} over 9");
+    assert!(gqa_us < mha_us, "9 heads over 3 KV heads: {gqa_us:.1} us, over 9: {mha_us:.1} us");
 }

@@ -37,6 +37,15 @@ pub(crate) fn flash_cost(k: &Kernel) -> Result<KernelCost, String> {
         })
         .map(|i| cx.bytes(*i))
         .sum();
+    if target.runtime_blocking.is_some() && sq <= (crate::abi::MR_MAX / 2) as f64 {
+        return few_queries_cost(
+            k,
+            &f,
+            [sq, sk, batch, d, dv],
+            [mm_flops, vec_f],
+            q_bytes + mask_bytes,
+        );
+    }
     let db = if target.double_buffer { 2.0 } else { 1.0 };
     let (brs, bcs): (Vec<f64>, Vec<f64>) = match target.runtime_blocking {
         Some([_, _, _, br, bc]) => (
@@ -121,4 +130,45 @@ pub(crate) fn flash_cost(k: &Kernel) -> Result<KernelCost, String> {
         }
     }
     best(cands, launch, mm_flops + vec_f)
+}
+
+/// The host kernel's few-queries path (a decode step, `host::few_queries`): one unit per KV
+/// group computes all its query heads, so K and V are read from memory once; per key block
+/// their rows are copied (at the in-cache bandwidth) and each score is a dot product whose
+/// sixteen lanes are summed at the end (`af_vdot`), about sixteen lanes' worth of work per
+/// score beside its `d` multiply-adds.
+fn few_queries_cost(
+    k: &Kernel,
+    f: &crate::group::FlashParts,
+    [sq, sk, batch, d, dv]: [f64; 5],
+    [mm_flops, vec_f]: [f64; 2],
+    other_bytes: f64,
+) -> Result<KernelCost, String> {
+    let (g, cx) = (k.g, &k.cx);
+    let s = &g.node(f.scores).shape;
+    let (kt, v) = (g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
+    let group = cx.n(&super::kv_group(g, kt, v, &s[..s.len() - 2])).clamp(1.0, batch);
+    let units = (batch / group).ceil();
+    let kv_bytes = cx.bytes(kt) + cx.bytes(v);
+    let bytes = (other_bytes + kv_bytes + k.out_bytes, 0.0);
+    let bc = f64::min(crate::abi::BC_MAX as f64, sk.max(1.0));
+    let pack = units * sk * (d + dv) * 8.0 / cx.llc_bw();
+    let eff = d / (d + 16.0);
+    let t_exp = batch * sq * sk + batch * sq * (sk / bc).ceil();
+    let (exec, mem, comp, wave) = cx.exec_us(
+        bytes,
+        k.cached,
+        mm_flops,
+        vec_f,
+        t_exp,
+        pack,
+        eff,
+        k.one_block(units, Some(4.0 * batch * sq * sk * d)),
+        k.target.matrix_cores,
+    );
+    let onchip = (bc * (d + dv) + group * sq * (d + bc + dv + 2.0)) * 4.0;
+    let use_ = vec![(k.target.vector_memory().to_string(), cx.align(onchip))];
+    let ok = cx.fits(&use_);
+    let tiling = Tiling::Flash { br: sq as i64, bc: bc as i64 };
+    best(vec![(exec, mem, comp, wave, bytes, tiling, use_, ok)], k.launch, mm_flops + vec_f)
 }

@@ -6,7 +6,7 @@ use crate::codegen::host::c::*;
 use crate::dim::{numel, DimExpr, Shape};
 use crate::group::FlashParts;
 use crate::ir::{NodeId, Op};
-use crate::layout::{resolve, space_strides};
+use crate::layout::resolve;
 use crate::plan::Group;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
@@ -207,22 +207,6 @@ fn store_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
     });
 }
 
-/// The extent of the trailing batch axes over which K and V are both broadcast (the query
-/// heads sharing one KV head in grouped-query attention); 1 when there are none.
-fn kv_group(em: &Emitter, fl: &Flash) -> DimExpr {
-    let g = em.g;
-    let strides = |v: NodeId, rank: usize| space_strides(&resolve(g, v), &g.node(v).shape, rank);
-    let (sk, sv) = (strides(fl.kt, fl.spk.shape.len()), strides(fl.v, fl.spv.shape.len()));
-    let mut group = DimExpr::constant(1);
-    for a in (0..fl.batch.len()).rev() {
-        if sk[a].as_const() != Some(0) || sv[a].as_const() != Some(0) {
-            break;
-        }
-        group = group.mul(&fl.batch[a]);
-    }
-    group
-}
-
 /// Attention for a few queries (decode at S = 1). The unit of the first head of a KV group
 /// (`kv_group`) computes every head of the group, so each key and value row is read once
 /// for all of them; the others have nothing to do. Per key block, the keys' rows are copied
@@ -232,7 +216,8 @@ fn kv_group(em: &Emitter, fl: &Flash) -> DimExpr {
 /// `bi` and the row state (`Qp`, `St`, `Ot`, `Mr`, `Lr`) shadowed to that head's. The
 /// runtime sizes the scratch for this layout when `SQ <= MR_MAX / 2`.
 pub(crate) fn few_queries(em: &Emitter, fl: &Flash, c: &mut Code) {
-    c.line(format!("const int64_t GB = {}, bi0 = bi;", em.dim(&kv_group(em, fl))));
+    let group = super::kv_group(em.g, fl.kt, fl.v, &fl.batch);
+    c.line(format!("const int64_t GB = {}, bi0 = bi;", em.dim(&group)));
     c.line("if (bi % GB != 0) continue; /* done by the unit of the group's first head */");
     c.line("float *const Kp = scratch, *const Vp = Kp + BC * D, *const Q0 = Vp + BC * DV, *const S0 = Q0 + GB * BR * D;");
     c.line("float *const O0 = S0 + GB * BR * BC, *const M0 = O0 + GB * BR * DV, *const L0 = M0 + GB * BR;");

@@ -10,8 +10,10 @@ use crate::codegen::ascend::vector::K;
 use crate::codegen::ascend::Emitted;
 use crate::codegen::emit::{Code, Emitter};
 use crate::cost::{Kernel, KernelCost};
+use crate::dim::DimExpr;
 use crate::group::GroupKind;
 use crate::ir::{Graph, NodeId};
+use crate::layout::{resolve, space_strides};
 use crate::plan::Group;
 use std::collections::BTreeSet;
 
@@ -44,4 +46,21 @@ impl KernelKind for Flash {
         let cube_bytes = vec![qk.size() as u32, pv.size() as u32];
         Ok(Emitted { work, mix: true, cube: 2, stage_a, stage_b, cube_bytes })
     }
+}
+
+/// The extent of the trailing batch axes over which K^T (`kt`) and V are both broadcast: the
+/// query heads sharing one KV head in grouped-query attention (1 when there are none). The
+/// host kernel's few-queries path computes them in one unit, reading K and V once.
+pub(crate) fn kv_group(g: &Graph, kt: NodeId, v: NodeId, batch: &[DimExpr]) -> DimExpr {
+    let rank = batch.len() + 2;
+    let strides = |x: NodeId| space_strides(&resolve(g, x), &g.node(x).shape, rank);
+    let (sk, sv) = (strides(kt), strides(v));
+    let mut group = DimExpr::constant(1);
+    for a in (0..batch.len()).rev() {
+        if sk[a].as_const() != Some(0) || sv[a].as_const() != Some(0) {
+            break;
+        }
+        group = group.mul(&batch[a]);
+    }
+    group
 }
