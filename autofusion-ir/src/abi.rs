@@ -18,7 +18,7 @@ use crate::dim::DimExpr;
 use crate::ir::DType;
 
 /// Bumped whenever the layout of `af_tiling`, `af_module` or the kernel signature changes.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Largest micro-kernel tile of the host matmul template (rows of A, columns of B per sliver);
 /// the prelude's `AF_MR_MAX` / `AF_NR_MAX`.
@@ -35,9 +35,11 @@ pub const KC_MAX: i64 = 256;
 pub const BR_MAX: i64 = 64;
 pub const BC_MAX: i64 = 128;
 
-/// `af_tiling` fields, all `int64_t`, in order.
+/// `af_tiling` fields, all `int64_t`, in order. `splits` is the number of key ranges a
+/// flash kernel's few-queries path (a decode step) splits each KV group's keys into, merged
+/// by the last range to finish (0: the tiled path).
 pub const TILING_FIELDS: [&str; 8] =
-    ["block_num", "rows_per_block", "mc", "nc", "kc", "units", "reserved0", "reserved1"];
+    ["block_num", "rows_per_block", "mc", "nc", "kc", "units", "splits", "reserved1"];
 
 /// The C declarations of the ABI, with layout assertions.
 pub fn c_decls() -> String {
@@ -67,8 +69,9 @@ pub enum Work {
     /// `batch` independent `m x k` by `k x n` products; scratch holds the packed panels.
     MatMul { batch: DimExpr, m: DimExpr, n: DimExpr, k: DimExpr },
     /// `batch` attention problems of `sq` queries over `sk` keys, head dims `d` (QK) and `dv`
-    /// (V); `mc`/`nc` of the tiling are the query and key block sizes.
-    Flash { batch: DimExpr, sq: DimExpr, sk: DimExpr, d: DimExpr, dv: DimExpr },
+    /// (V); `mc`/`nc` of the tiling are the query and key block sizes. Each `group` of
+    /// consecutive problems reads the same K and V (grouped-query attention; 1 without).
+    Flash { batch: DimExpr, sq: DimExpr, sk: DimExpr, d: DimExpr, dv: DimExpr, group: DimExpr },
     /// Matmuls launched together, each `(batch, m, n, k)`, sharing one blocking.
     Horizontal { parts: Vec<(DimExpr, DimExpr, DimExpr, DimExpr)> },
 }

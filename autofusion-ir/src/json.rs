@@ -324,9 +324,9 @@ impl Json for Work {
                 "kind": "matmul", "batch": batch.to_json(), "m": m.to_json(), "n": n.to_json(),
                 "k": k.to_json()
             }),
-            Work::Flash { batch, sq, sk, d, dv } => json!({
+            Work::Flash { batch, sq, sk, d, dv, group } => json!({
                 "kind": "flash", "batch": batch.to_json(), "sq": sq.to_json(), "sk": sk.to_json(),
-                "d": d.to_json(), "dv": dv.to_json()
+                "d": d.to_json(), "dv": dv.to_json(), "group": group.to_json()
             }),
             Work::Horizontal { parts } => json!({ "kind": "horizontal", "parts": parts.to_json() }),
         }
@@ -350,6 +350,7 @@ impl Json for Work {
                 sk: get(v, "sk")?,
                 d: get(v, "d")?,
                 dv: get(v, "dv")?,
+                group: get(v, "group")?,
             },
             "horizontal" => Work::Horizontal { parts: get(v, "parts")? },
             other => return Err(format!("unknown work `{other}`")),

@@ -8,7 +8,7 @@ use crate::packs::{self, PackKey, Packed};
 use crate::pool::pool;
 use crate::reference;
 use crate::tensor::Tensor;
-use crate::tiling::{choose, choose_pack, Tiling};
+use crate::tiling::{choose, choose_pack, workspace_bytes, Tiling};
 use autofusion_ir::abi::ABI_VERSION;
 use autofusion_ir::dim::shape_str;
 use autofusion_ir::ir::{Graph, NodeId, Op};
@@ -105,8 +105,11 @@ pub struct ShapePlan {
     pub dims: Vec<i64>,
     pub tilings: Vec<Tiling>,
     pub scratch_floats: Vec<usize>,
-    /// Arena bytes (intermediates laid out by liveness).
+    /// Arena bytes (intermediates laid out by liveness, then the workspaces).
     pub arena_bytes: usize,
+    /// Per kernel, the arena offset and bytes of the memory its blocks share in one launch
+    /// (`tiling::workspace_bytes`; 0 bytes for most), zeroed before each launch.
+    pub workspaces: Vec<(usize, usize)>,
     /// Bytes all intermediates would take without reuse.
     pub intermediate_bytes: usize,
     /// For the pipeline: the earlier kernels each kernel must wait for (it reads their
@@ -340,7 +343,15 @@ impl Module {
         let threads = pool().threads();
         let (tilings, scratch_floats): (Vec<Tiling>, Vec<usize>) =
             self.meta.kernels.iter().map(|k| choose(&k.work, &eval, threads)).unzip();
-        let arena_bytes = layout_arena(&live, &mut locs);
+        let mut arena_bytes = layout_arena(&live, &mut locs);
+        // Workspaces after the intermediates, each 64-byte aligned (kernels in a pipeline
+        // run at once, so they never share one).
+        let mut workspaces = Vec::with_capacity(tilings.len());
+        for (k, t) in self.meta.kernels.iter().zip(&tilings) {
+            let bytes = workspace_bytes(&k.work, t, &eval).next_multiple_of(64);
+            workspaces.push((arena_bytes, bytes));
+            arena_bytes += bytes;
+        }
         footprint.add("arena of intermediates", Some(arena_bytes));
         let widest = scratch_floats.iter().max().copied().unwrap_or(0);
         footprint.add("per-thread kernel scratch", widest.checked_mul(4 * threads));
@@ -351,6 +362,7 @@ impl Module {
             tilings,
             scratch_floats,
             arena_bytes,
+            workspaces,
             intermediate_bytes: live.iter().filter_map(|v| v.bytes).sum(),
             deps,
             footprint,
@@ -580,6 +592,15 @@ impl Module {
                 let p = self.packed_operand(ki, j, params, &dims, &mut all_bufs[ki], &plan)?;
                 all_bufs[ki].push(p.data.as_ptr() as *mut c_void);
                 held.push(p);
+            }
+        }
+        // A kernel's workspace after its packed operands, zeroed (its counters start at 0).
+        for (ki, &(off, bytes)) in plan.workspaces.iter().enumerate() {
+            if bytes > 0 {
+                // SAFETY: the workspace lies within `arena_bytes`, which the arena holds.
+                let ws = unsafe { arena_ptr.add(off) };
+                unsafe { std::ptr::write_bytes(ws, 0, bytes) };
+                all_bufs[ki].push(ws as *mut c_void);
             }
         }
         let bufs: Vec<SendPtr> = all_bufs.iter().map(|b| SendPtr(b.as_ptr())).collect();

@@ -8,7 +8,7 @@ typedef struct af_tiling {
     int64_t nc;
     int64_t kc;
     int64_t units;
-    int64_t reserved0;
+    int64_t splits;
     int64_t reserved1;
 } af_tiling;
 _Static_assert(sizeof(af_tiling) == 64, "af_tiling size");
@@ -18,7 +18,7 @@ _Static_assert(offsetof(af_tiling, mc) == 16, "af_tiling.mc");
 _Static_assert(offsetof(af_tiling, nc) == 24, "af_tiling.nc");
 _Static_assert(offsetof(af_tiling, kc) == 32, "af_tiling.kc");
 _Static_assert(offsetof(af_tiling, units) == 40, "af_tiling.units");
-_Static_assert(offsetof(af_tiling, reserved0) == 48, "af_tiling.reserved0");
+_Static_assert(offsetof(af_tiling, splits) == 48, "af_tiling.splits");
 _Static_assert(offsetof(af_tiling, reserved1) == 56, "af_tiling.reserved1");
 typedef void (*af_kernel_fn)(void *const *bufs, const int64_t *dims, const af_tiling *t, int64_t block, float *scratch);
 typedef struct af_module {
@@ -306,7 +306,7 @@ static const af_kernel_fn af_kernels[] = {
     k2_return_pack0,
 };
 static const char af_json[] = 
-    "{\"abi\":3,\"graph\":{\"dyn_dims\":[\"S\"],\"name\":\"ffn\",\"nodes\":[{\"dtype\":\"f32\",\"inputs\":[],\"line\":3,\"name\":"
+    "{\"abi\":4,\"graph\":{\"dyn_dims\":[\"S\"],\"name\":\"ffn\",\"nodes\":[{\"dtype\":\"f32\",\"inputs\":[],\"line\":3,\"name\":"
     "\"x\",\"op\":{\"index\":0,\"kind\":\"param\"},\"shape\":[[[[[\"S\",1]],[1,1]]],[[[],[8,1]]]]},{\"dtype\":\"f32\",\"inpu"
     "ts\":[],\"line\":3,\"name\":\"g\",\"op\":{\"index\":1,\"kind\":\"param\"},\"shape\":[[[[],[8,1]]]]},{\"dtype\":\"f32\",\"i"
     "nputs\":[],\"line\":3,\"name\":\"w1\",\"op\":{\"index\":2,\"kind\":\"param\"},\"shape\":[[[[],[8,1]]],[[[],[16,1]]]]}"
@@ -343,6 +343,6 @@ static const char af_json[] =
     "03 ms faster (0.042 ms -> 0.039 ms on `host`).\",\"[INFO] Fused 11 operators into 3 kernels (3 of them"
     " fuse two or more operators; the others run one operator each).\"],\"variant\":\"fused\"}";
 const af_module *af_ffn_820fbf4aa46ca462_fused(void) {
-    static const af_module m = {3, (uint32_t)sizeof(af_tiling), af_json, sizeof(af_json) - 1, af_kernels, 5};
+    static const af_module m = {4, (uint32_t)sizeof(af_tiling), af_json, sizeof(af_json) - 1, af_kernels, 5};
     return &m;
 }

@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// At most this many queries per head take the few-queries path (a decode step): half the
+/// widest micro-kernel tile, whose rows would otherwise be mostly empty.
+pub const FEW_QUERIES: i64 = MR_MAX / 2;
+
 /// The blocking on the host's worker threads, and the scratch floats one block needs.
 pub(super) fn host(
     cx: &HostCx,
@@ -10,10 +14,15 @@ pub(super) fn host(
     sk: &DimExpr,
     d: &DimExpr,
     dv: &DimExpr,
+    group: &DimExpr,
 ) -> (Tiling, usize) {
     let HostCx { eval, threads: t } = *cx;
     let (b, sq, sk, d, dv) =
         (eval(batch).max(0), eval(sq).max(0), eval(sk).max(1), eval(d).max(1), eval(dv).max(1));
+    let group = eval(group).clamp(1, b.max(1));
+    if sq <= FEW_QUERIES && b % group == 0 {
+        return few_queries(cx, [b, sq, sk, d, dv], group);
+    }
     let mut br = sq.clamp(1, BR_MAX);
     let bc = sk.clamp(1, BC_MAX);
     // Enough query blocks to keep every thread busy.
@@ -38,12 +47,46 @@ pub(super) fn host(
         ..Default::default()
     };
     let skp = (sk + NR_MAX - 1) / NR_MAX * NR_MAX;
-    let tiled = d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br;
-    // With at most MR / 2 queries the kernel computes every query head of a KV group in one
-    // unit (`few_queries` of the generator): one key and one value block, and the row state
-    // of up to `b` heads (the group is a part of the batch).
-    let few = if sq <= MR_MAX / 2 { bc * (d + dv) + b * br * (d + bc + dv + 2) } else { 0 };
-    (tiling, tiled.max(few) as usize)
+    (
+        tiling,
+        (d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br) as usize,
+    )
+}
+
+/// The few-queries path (flash-decoding): a unit is one KV group (its `group` query heads
+/// read K and V once) and one of `splits` ranges of its keys, so that a few groups still
+/// keep every thread busy; the last range of a group to finish merges the partial results
+/// (`workspace_floats`). Ranges hold at least one key block.
+fn few_queries(cx: &HostCx, [b, sq, sk, d, dv]: [i64; 5], group: i64) -> (Tiling, usize) {
+    let t = cx.threads;
+    let groups = b / group;
+    let bc = sk.clamp(1, BC_MAX);
+    let key_blocks = (sk + bc - 1) / bc;
+    let splits = if groups == 0 { 1 } else { ((2 * t + groups - 1) / groups).clamp(1, key_blocks) };
+    let units = groups * splits;
+    let flops = flops(&[4, b, sq, sk, d]);
+    let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
+    let br = sq.max(1);
+    let tiling = Tiling {
+        block_num,
+        rows_per_block: upb,
+        mc: br,
+        nc: bc,
+        kc: 1,
+        units,
+        splits,
+        ..Default::default()
+    };
+    // One key block and one value block, and the row state of the group's heads.
+    (tiling, (bc * (d + dv) + group * br * (d + bc + dv + 2)) as usize)
+}
+
+/// Workspace of a split few-queries launch: a counter per group (two floats' room, read as
+/// an `int64_t`), then per (group, range, head, query row) the range's row max, row sum and
+/// `dv` unnormalised outputs.
+pub(super) fn workspace_floats(b: i64, sq: i64, dv: i64, group: i64, splits: i64) -> usize {
+    let groups = b.max(0) / group.max(1);
+    (2 * groups + b.max(0) * splits * sq.max(1) * (dv.max(1) + 2)) as usize
 }
 
 /// The launch on an Ascend device, and the user-workspace bytes the kernel needs.

@@ -44,7 +44,8 @@ pub struct Tiling {
     pub nc: i64,
     pub kc: i64,
     pub units: i64,
-    pub reserved0: i64,
+    /// Key ranges per KV group of a flash kernel's few-queries path (0: the tiled path).
+    pub splits: i64,
     pub reserved1: i64,
 }
 
@@ -87,7 +88,25 @@ pub fn choose(
         Work::Rows { rows, n, row_buffers } => rows::host(&cx, rows, n, *row_buffers),
         Work::MatMul { batch, m, n, k } => matmul::host(&cx, batch, m, n, k),
         Work::Horizontal { parts } => horizontal::host(&cx, parts),
-        Work::Flash { batch, sq, sk, d, dv } => flash::host(&cx, batch, sq, sk, d, dv),
+        Work::Flash { batch, sq, sk, d, dv, group } => {
+            flash::host(&cx, batch, sq, sk, d, dv, group)
+        }
+    }
+}
+
+/// Bytes of memory shared by the blocks of one launch of a kernel with `tiling` (zeroed by
+/// the runtime before the launch): the partial results of a flash kernel whose keys are
+/// split, and their counters. 0 for every other kernel.
+pub fn workspace_bytes(
+    work: &Work,
+    tiling: &Tiling,
+    eval: &dyn Fn(&autofusion_ir::dim::DimExpr) -> i64,
+) -> usize {
+    match work {
+        Work::Flash { batch, sq, dv, group, .. } if tiling.splits > 1 => {
+            flash::workspace_floats(eval(batch), eval(sq), eval(dv), eval(group), tiling.splits) * 4
+        }
+        _ => 0,
     }
 }
 
@@ -309,7 +328,7 @@ pub fn choose_ascend(
     match &k.work {
         Work::Rows { rows, n, .. } => rows::ascend(&cx, rows, n),
         Work::MatMul { batch, m, n, k: kk } => matmul::ascend(&cx, batch, m, n, kk),
-        Work::Flash { batch, sq, sk, d, dv } => flash::ascend(&cx, batch, sq, sk, d, dv),
+        Work::Flash { batch, sq, sk, d, dv, .. } => flash::ascend(&cx, batch, sq, sk, d, dv),
         Work::Horizontal { .. } => horizontal::ascend(&cx),
     }
 }
@@ -330,7 +349,7 @@ mod tests {
             &t.nc as *const i64 as usize,
             &t.kc as *const i64 as usize,
             &t.units as *const i64 as usize,
-            &t.reserved0 as *const i64 as usize,
+            &t.splits as *const i64 as usize,
             &t.reserved1 as *const i64 as usize,
         ];
         for (i, o) in offs.iter().enumerate() {
@@ -447,6 +466,7 @@ mod tests {
             sk: c(sk),
             d: c(d),
             dv: c(d),
+            group: c(1),
         };
         let small = AscendCores { aic: 20, aiv: 40 };
         for cores in [AscendCores::A2_24, small] {

@@ -171,7 +171,9 @@ pub(crate) fn gen_flash(k: &mut K, grp: &Group) -> (Work, bool, bool, DType, DTy
     }
     flash_blocks(k, &fl, &fs);
     let FlashShape { batch, sq, sk, d, dv, .. } = fs;
-    (Work::Flash { batch: numel(&batch), sq, sk, d, dv }, stage_a, stage_b, qk_t, pv_t)
+    // The Ascend kernel computes each query head on its own: no group.
+    let group = DimExpr::constant(1);
+    (Work::Flash { batch: numel(&batch), sq, sk, d, dv, group }, stage_a, stage_b, qk_t, pv_t)
 }
 
 /// The chain on the score tile, in place: a rows job over the columns `[k0, k0 + bc)` of

@@ -132,8 +132,9 @@ pub(crate) fn flash_cost(k: &Kernel) -> Result<KernelCost, String> {
     best(cands, launch, mm_flops + vec_f)
 }
 
-/// The host kernel's few-queries path (a decode step, `host::few_queries`): one unit per KV
-/// group computes all its query heads, so K and V are read from memory once; per key block
+/// The host kernel's few-queries path (a decode step, `host::few_queries`): a unit per KV
+/// group and range of its keys computes all the group's query heads, so K and V are read
+/// from memory once; per key block
 /// their rows are copied (at the in-cache bandwidth) and each score is a dot product whose
 /// sixteen lanes are summed at the end (`af_vdot`), about sixteen lanes' worth of work per
 /// score beside its `d` multiply-adds.
@@ -148,11 +149,16 @@ fn few_queries_cost(
     let s = &g.node(f.scores).shape;
     let (kt, v) = (g.node(f.qk).inputs[1], g.node(f.pv).inputs[1]);
     let group = cx.n(&super::kv_group(g, kt, v, &s[..s.len() - 2])).clamp(1.0, batch);
-    let units = (batch / group).ceil();
+    // The runtime splits each group's keys into ranges until there are two units per core
+    // (`tiling::flash::few_queries`); merging the ranges' rows is small beside the keys.
+    let groups = (batch / group).ceil();
+    let bc = f64::min(crate::abi::BC_MAX as f64, sk.max(1.0));
+    let splits =
+        (2.0 * k.target.cores.max(1) as f64 / groups).ceil().clamp(1.0, (sk / bc).ceil().max(1.0));
+    let units = groups * splits;
     let kv_bytes = cx.bytes(kt) + cx.bytes(v);
     let bytes = (other_bytes + kv_bytes + k.out_bytes, 0.0);
-    let bc = f64::min(crate::abi::BC_MAX as f64, sk.max(1.0));
-    let pack = units * sk * (d + dv) * 8.0 / cx.llc_bw();
+    let pack = groups * sk * (d + dv) * 8.0 / cx.llc_bw();
     let eff = d / (d + 16.0);
     let t_exp = batch * sq * sk + batch * sq * (sk / bc).ceil();
     let (exec, mem, comp, wave) = cx.exec_us(

@@ -69,22 +69,26 @@ pub(crate) fn flash_group(em: &mut Emitter, grp: &Group) -> Flash {
 pub(crate) fn gen_flash(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
     let fl = flash_group(em, grp);
     let em: &Emitter = em;
+    let group = super::kv_group(em.g, fl.kt, fl.v, &fl.batch);
+    // The shared workspace of a split launch comes after the buffers (a flash kernel packs
+    // no operand).
+    let workspace = em.buf.len() + em.packs.len();
     flash_setup(em, &fl, body);
+    // The runtime takes the few-queries path (`t->splits > 0`) for at most MR_MAX / 2
+    // queries (a decode step): MR x NR tiles would be mostly empty rows there.
+    body.line("if (t->splits > 0) {");
+    few_queries(em, &fl, &group, workspace, body);
+    body.line("} else {");
     body.block("for (int64_t u = u0; u < u1; ++u)", |c| {
         c.line("const int64_t bi = u / ug, qb0 = (u % ug) * QPU, qb1 = af_min64(qt, qb0 + QPU);");
         key_range(em, &fl, c);
-        // At most half a micro-kernel tile of queries (a decode step): the MR x NR tiles
-        // would be mostly empty rows, so scores are dot products over rows instead.
-        c.line("if (SQ <= MR / 2) {");
-        few_queries(em, &fl, c);
-        c.line("} else {");
         pack_kt(em, &fl, c);
         pack_v(em, &fl, c);
         query_blocks(em, &fl, c);
-        c.line("}");
     });
+    body.line("}");
     let Flash { batch, sq, sk, d, dv, .. } = fl;
-    Work::Flash { batch: numel(&batch), sq, sk, d, dv }
+    Work::Flash { batch: numel(&batch), sq, sk, d, dv, group }
 }
 
 /// The sizes, tiling, micro-kernel, scratch layout and work units of a flash kernel.
@@ -207,86 +211,153 @@ fn store_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
     });
 }
 
-/// Attention for a few queries (decode at S = 1). The unit of the first head of a KV group
-/// (`kv_group`) computes every head of the group, so each key and value row is read once
-/// for all of them; the others have nothing to do. Per key block, the keys' rows are copied
-/// row-major into `Kp` and the values' into `Vp` (whatever their layout); each score is a
-/// dot product of a query row and a key row and each probability adds its value row to the
-/// output; the score chain and the online softmax are the tiled path's, run per head with
-/// `bi` and the row state (`Qp`, `St`, `Ot`, `Mr`, `Lr`) shadowed to that head's. The
-/// runtime sizes the scratch for this layout when `SQ <= MR_MAX / 2`.
-pub(crate) fn few_queries(em: &Emitter, fl: &Flash, c: &mut Code) {
-    let group = super::kv_group(em.g, fl.kt, fl.v, &fl.batch);
-    c.line(format!("const int64_t GB = {}, bi0 = bi;", em.dim(&group)));
-    c.line("if (bi % GB != 0) continue; /* done by the unit of the group's first head */");
+/// Attention for a few queries (a decode step), flash-decoding style. A unit is one KV group
+/// (`kv_group`: the query heads K and V are broadcast over, so each key and value row is
+/// read once for all of them) and one of `t->splits` ranges of its keys. Per key block, the
+/// keys' rows are copied row-major into `Kp` and the values' into `Vp` (whatever their
+/// layout); each score is a dot product of a query row and a key row, and each probability
+/// adds its value row to the output; the score chain and the online softmax are the tiled
+/// path's, run per head with `bi` and the row state (`Qp`, `St`, `Ot`, `Mr`, `Lr`) shadowed to
+/// that head's. With one range the rows are stored at once; with more, each range leaves its
+/// rows' max, sum and unnormalised output in the workspace (`bufs[workspace]`, laid out as
+/// `tiling::flash::workspace_floats` says) and the last range of the group to finish (a
+/// counter per group) merges them and stores.
+pub(crate) fn few_queries(
+    em: &Emitter,
+    fl: &Flash,
+    group: &DimExpr,
+    workspace: usize,
+    c: &mut Code,
+) {
+    c.line(format!(
+        "const int64_t GB = {}, NS = t->splits, groups = BATCH / GB, fu1 = af_min64(groups * NS, u0 + t->rows_per_block);",
+        em.dim(group)
+    ));
+    c.line("/* keys per range: whole key blocks */");
+    c.line("const int64_t span = ((SK + NS - 1) / NS + BC - 1) / BC * BC;");
     c.line("float *const Kp = scratch, *const Vp = Kp + BC * D, *const Q0 = Vp + BC * DV, *const S0 = Q0 + GB * BR * D;");
     c.line("float *const O0 = S0 + GB * BR * BC, *const M0 = O0 + GB * BR * DV, *const L0 = M0 + GB * BR;");
-    let per_head = |c: &mut Code, body: &dyn Fn(&mut Code)| {
-        c.block("for (int64_t gq = 0; gq < GB; ++gq)", |c| {
-            c.line("const int64_t bi = bi0 + gq;");
-            c.line("float *const Qp = Q0 + gq * BR * D, *const St = S0 + gq * BR * BC, *const Ot = O0 + gq * BR * DV;");
-            c.line("float *const Mr = M0 + gq * BR, *const Lr = L0 + gq * BR;");
-            c.line("(void)bi; (void)Qp; (void)St; (void)Ot; (void)Mr; (void)Lr;");
-            body(c);
+    c.block("for (int64_t u = u0; u < fu1; ++u)", |c| {
+        c.line("const int64_t gi = u / NS, sp = u % NS, bi0 = gi * GB, bi = bi0, q0 = 0, br = SQ;");
+        c.line("const int64_t ks = sp * span, ke = af_min64(SK, ks + span);");
+        c.line("(void)bi;");
+        per_head(c, &|c| {
+            c.block_noted("for (int64_t i = 0; i < br; ++i)", "the query rows, row-major", |c| {
+                em.row_prologue(&fl.spq, "bi * SQ + q0 + i", c);
+                c.line(format!(
+                    "for (int64_t c = 0; c < D; ++c) Qp[i * D + c] = {};",
+                    em.read(&fl.spq, fl.q, "c")
+                ));
+                c.line("Mr[i] = -INFINITY; Lr[i] = 0.0f;");
+                c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;");
+            });
         });
-    };
-    c.line("for (int64_t qb = qb0; qb < qb1; ++qb) {");
-    c.line("const int64_t q0 = qb * BR, br = af_min64(BR, SQ - q0);");
-    per_head(c, &|c| {
-        c.block_noted("for (int64_t i = 0; i < br; ++i)", "the query rows, row-major", |c| {
-            em.row_prologue(&fl.spq, "bi * SQ + q0 + i", c);
+        c.block("for (int64_t k0 = ks; k0 < ke; k0 += BC)", |c| {
+            if fl.causal {
+                let shift = fl.sk.sub(&fl.sq);
+                c.line(format!(
+                    "if (k0 > q0 + br - 1 + {}) break; /* every later key is masked */",
+                    em.dim(&shift)
+                ));
+            }
+            c.line("const int64_t bc = af_min64(BC, ke - k0);");
+            copy_key_value_rows(em, fl, c);
+            per_head(c, &|c| {
+                c.block("for (int64_t i = 0; i < br; ++i)", |c| {
+                    c.line("for (int64_t j = 0; j < bc; ++j) St[i * BC + j] = af_vdot(Qp + i * D, Kp + j * D, D);");
+                    score_chain(em, fl, c);
+                    c.line("/* online softmax; a range may hold only masked keys for a row */");
+                    c.line("const float mx = af_vmax(srow, bc, Mr[i]);");
+                    c.line("if (mx == -INFINITY) continue;");
+                    c.line("const float corr = af_expf(Mr[i] - mx);");
+                    c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
+                    c.line("Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
+                    c.line("Mr[i] = mx;");
+                    c.line("for (int64_t j = 0; j < bc; ++j) af_vaxpy(Ot + i * DV, srow[j], Vp + j * DV, DV);");
+                });
+            });
+        });
+        c.block("if (NS == 1)", |c| per_head(c, &|c| store_rows(em, fl, c)));
+        c.block("else", |c| merge_ranges(em, fl, workspace, c));
+    });
+}
+
+/// Runs `body` once per head of the unit's KV group, with `bi` and the row state shadowed to
+/// that head's.
+fn per_head(c: &mut Code, body: &dyn Fn(&mut Code)) {
+    c.block("for (int64_t gq = 0; gq < GB; ++gq)", |c| {
+        c.line("const int64_t bi = bi0 + gq;");
+        c.line("float *const Qp = Q0 + gq * BR * D, *const St = S0 + gq * BR * BC, *const Ot = O0 + gq * BR * DV;");
+        c.line("float *const Mr = M0 + gq * BR, *const Lr = L0 + gq * BR;");
+        c.line("(void)bi; (void)Qp; (void)St; (void)Ot; (void)Mr; (void)Lr;");
+        body(c);
+    });
+}
+
+/// The key and value rows of the block `k0 .. k0 + bc`, row-major, into `Kp` and `Vp`.
+fn copy_key_value_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
+    if em.strided_cols(&fl.spk, fl.kt) {
+        c.block_noted("", "the block's key rows, row-major", |c| {
+            em.row_prologue(&fl.spk, "bi * D", c);
             c.line(format!(
-                "for (int64_t c = 0; c < D; ++c) Qp[i * D + c] = {};",
-                em.read(&fl.spq, fl.q, "c")
+                "for (int64_t j = 0; j < bc; ++j) for (int64_t c = 0; c < D; ++c) Kp[j * D + c] = {};",
+                em.read_inner(&fl.spk, fl.kt, "c", "k0 + j")
             ));
-            c.line("Mr[i] = -INFINITY; Lr[i] = 0.0f;");
-            c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;");
+        });
+    } else {
+        let note = "the block's key rows, row-major (K^T read along its rows)";
+        c.block_noted("for (int64_t c = 0; c < D; ++c)", note, |c| {
+            em.row_prologue(&fl.spk, "bi * D + c", c);
+            c.line(format!(
+                "for (int64_t j = 0; j < bc; ++j) Kp[j * D + c] = {};",
+                em.read(&fl.spk, fl.kt, "k0 + j")
+            ));
+        });
+    }
+    c.block_noted("for (int64_t j = 0; j < bc; ++j)", "the block's value rows", |c| {
+        em.row_prologue(&fl.spv, "bi * SK + k0 + j", c);
+        c.line(format!(
+            "for (int64_t c = 0; c < DV; ++c) Vp[j * DV + c] = {};",
+            em.read(&fl.spv, fl.v, "c")
+        ));
+    });
+}
+
+/// A split unit's end: its rows' state into the workspace; the group's last range to finish
+/// merges every range (weights `exp(m_s - M)`, a range that saw no key weighing 0) and stores.
+fn merge_ranges(em: &Emitter, fl: &Flash, workspace: usize, c: &mut Code) {
+    c.line(format!(
+        "float *const ws = (float *)bufs[{workspace}]; /* shared by the launch, zeroed */"
+    ));
+    c.line("float *const part = ws + 2 * groups; /* per (group, range, head, row): max, sum, DV outputs */");
+    per_head(c, &|c| {
+        c.block("for (int64_t i = 0; i < br; ++i)", |c| {
+            c.line("float *const rec = part + (((gi * NS + sp) * GB + gq) * SQ + i) * (DV + 2);");
+            c.line("rec[0] = Mr[i]; rec[1] = Lr[i];");
+            c.line("for (int64_t c = 0; c < DV; ++c) rec[2 + c] = Ot[i * DV + c];");
         });
     });
-    c.block("for (int64_t k0 = 0; k0 < kend; k0 += BC)", |c| {
-        if fl.causal {
-            let shift = fl.sk.sub(&fl.sq);
-            c.line(format!(
-                "if (k0 > q0 + br - 1 + {}) break; /* every later key is masked for this block */",
-                em.dim(&shift)
-            ));
-        }
-        c.line("const int64_t bc = af_min64(BC, SK - k0);");
-        if em.strided_cols(&fl.spk, fl.kt) {
-            c.block_noted("", "the block's key rows, row-major", |c| {
-                em.row_prologue(&fl.spk, "bi * D", c);
-                c.line(format!(
-                    "for (int64_t j = 0; j < bc; ++j) for (int64_t c = 0; c < D; ++c) Kp[j * D + c] = {};",
-                    em.read_inner(&fl.spk, fl.kt, "c", "k0 + j")
-                ));
-            });
-        } else {
-            let note = "the block's key rows, row-major (K^T read along its rows)";
-            c.block_noted("for (int64_t c = 0; c < D; ++c)", note, |c| {
-                em.row_prologue(&fl.spk, "bi * D + c", c);
-                c.line(format!(
-                    "for (int64_t j = 0; j < bc; ++j) Kp[j * D + c] = {};",
-                    em.read(&fl.spk, fl.kt, "k0 + j")
-                ));
-            });
-        }
-        c.block_noted("for (int64_t j = 0; j < bc; ++j)", "the block's value rows", |c| {
-            em.row_prologue(&fl.spv, "bi * SK + k0 + j", c);
-            c.line(format!(
-                "for (int64_t c = 0; c < DV; ++c) Vp[j * DV + c] = {};",
-                em.read(&fl.spv, fl.v, "c")
-            ));
-        });
+    c.line("/* the last range to arrive sees every other range's rows (acquire-release) */");
+    c.block("if (__atomic_add_fetch((int64_t *)ws + gi, 1, __ATOMIC_ACQ_REL) == NS)", |c| {
         per_head(c, &|c| {
             c.block("for (int64_t i = 0; i < br; ++i)", |c| {
-                c.line("for (int64_t j = 0; j < bc; ++j) St[i * BC + j] = af_vdot(Qp + i * D, Kp + j * D, D);");
-                score_row(em, fl, c);
-                c.line("for (int64_t j = 0; j < bc; ++j) af_vaxpy(Ot + i * DV, srow[j], Vp + j * DV, DV);");
+                c.line("const float *const rec0 = part + ((gi * NS * GB + gq) * SQ + i) * (DV + 2);");
+                c.line("const int64_t rstride = GB * SQ * (DV + 2);");
+                c.line("float m = -INFINITY, l = 0.0f;");
+                c.line("for (int64_t r = 0; r < NS; ++r) m = rec0[r * rstride] > m ? rec0[r * rstride] : m;");
+                c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] = 0.0f;");
+                c.block("for (int64_t r = 0; r < NS; ++r)", |c| {
+                    c.line("const float *const rec = rec0 + r * rstride;");
+                    c.line("if (rec[0] == -INFINITY) continue;");
+                    c.line("const float w = af_expf(rec[0] - m);");
+                    c.line("l += w * rec[1];");
+                    c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] += w * rec[2 + c];");
+                });
+                c.line("Lr[i] = l;");
             });
+            store_rows(em, fl, c);
         });
     });
-    per_head(c, &|c| store_rows(em, fl, c));
-    c.line("} /* query blocks */");
 }
 
 /// The query block, read in place or packed as MR-row slivers, and the reset of its rows'
@@ -349,6 +420,16 @@ pub(crate) fn key_blocks(em: &Emitter, fl: &Flash, q_direct: bool, c: &mut Code)
 
 /// Score row `i` of a key block: the chain applied in place, then the online softmax update.
 pub(crate) fn score_row(em: &Emitter, fl: &Flash, c: &mut Code) {
+    score_chain(em, fl, c);
+    c.line("/* online softmax: rescale what was accumulated under the old max */");
+    c.line("const float mx = af_vmax(srow, bc, Mr[i]), corr = af_expf(Mr[i] - mx);");
+    c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
+    c.line("Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
+    c.line("Mr[i] = mx;");
+}
+
+/// The score chain over row `i` of a key block, in place (`srow`).
+fn score_chain(em: &Emitter, fl: &Flash, c: &mut Code) {
     let g = em.g;
     em.row_prologue(&fl.sps, "bi * SQ + q0 + i", c);
     c.line("float *restrict srow = St + i * BC;");
@@ -361,9 +442,4 @@ pub(crate) fn score_row(em: &Emitter, fl: &Flash, c: &mut Code) {
         }
         c.line(format!("srow[j] = {};", em.var(fl.f.scores)));
     });
-    c.line("/* online softmax: rescale what was accumulated under the old max */");
-    c.line("const float mx = af_vmax(srow, bc, Mr[i]), corr = af_expf(Mr[i] - mx);");
-    c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
-    c.line("Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
-    c.line("Mr[i] = mx;");
 }
