@@ -256,3 +256,20 @@ fn cache_writes_of_any_layout_match_the_reference() {
         }
     }
 }
+
+/// A decode step (S = 1) plans at opt_level 3 as one parallel region with attention over the
+/// cache as one flash kernel, whatever the position.
+#[test]
+fn a_decode_step_is_one_parallel_region_at_opt_level_3() {
+    let unit =
+        Unit::from_graph(decoder_layer(SMALL), Options { opt_level: 3, ..Options::default() })
+            .unwrap();
+    for p in [0i64, 100, 2000] {
+        let hints = [("S", 1), ("T", 4096), ("P", p)].map(|(n, v)| (n.to_string(), v)).to_vec();
+        let rules = unit.lowered.options.rules;
+        let plan = autofusion_compiler::plan::plan(&unit.graph, 3, rules, &hints, &Target::host());
+        assert!(plan.pipeline, "P = {p}: one launch");
+        let flash = plan.groups.iter().filter(|g| format!("{:?}", g.kind) == "FlashAttention");
+        assert_eq!(flash.count(), 1, "P = {p}: attention as one flash kernel");
+    }
+}
