@@ -1,0 +1,19 @@
+//! Text generation with Llama-architecture checkpoints on fused kernels. So far: the GGUF
+//! reader (`gguf`): header, metadata, tensor infos and data, F32 / F16 / BF16 / Q8_0 / Q4_0
+//! tensors dequantised to f32, every size checked against the file before it is used.
+
+pub mod gguf;
+
+/// What can go wrong reading a model; each names the file and, where there is one, the
+/// tensor or metadata key.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {what}")]
+    File { path: std::path::PathBuf, what: String },
+    #[error("{path}: tensor `{tensor}`: {what}")]
+    Tensor { path: std::path::PathBuf, tensor: String, what: String },
+    #[error("{path}: metadata `{key}`: {what}")]
+    Metadata { path: std::path::PathBuf, key: String, what: String },
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
