@@ -182,7 +182,9 @@ fn main() {
     let contexts = list("--ctx", if quick { &[0, 512] } else { &[0, 512, 2048] });
     let prefills = list("--prefill", if quick { &[128] } else { &[128, 512] });
     let steps = list("--steps", &[if quick { 4 } else { 8 }])[0];
-    let max_len = contexts.iter().max().unwrap_or(&0) + steps + 1;
+    // The caches and the RoPE tables share the layer's `T`: one length for both.
+    let max_len = (contexts.iter().max().unwrap_or(&0) + steps + 1)
+        .max(prefills.iter().max().copied().unwrap_or(0));
     println!(
         "llama bench: {}, {} threads, {} kernels; SmolLM2-135M shapes ({LAYERS} layers, hidden {}, heads {}/{} KV, head dim {}, intermediate {}, vocab {VOCAB}, tied), random f32 weights",
         cpu_model(),
@@ -194,7 +196,7 @@ fn main() {
         SMOL.dh,
         SMOL.f
     );
-    let w = Weights::new(max_len.max(prefills.iter().max().copied().unwrap_or(0)));
+    let w = Weights::new(max_len);
     let variants = [("fused", Graphs::new(3)), ("opt0", Graphs::new(0))];
     let decoders: Vec<Decoder> = variants.iter().map(|(_, g)| w.decoder(g)).collect();
     let mut sessions: Vec<Session> =

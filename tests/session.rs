@@ -11,7 +11,8 @@ mod decoder_graphs;
 use autofusion::{Decoder, Module, Session, Tensor};
 use autofusion_compiler::{target::Target, Options, Unit, Variant};
 use decoder_graphs::{
-    caches, decoder_layer, embed_graph, head_graph, rope_tables, weights, SMALL, V,
+    caches, decoder_layer, decoder_layer_dyn, embed_graph, head_graph, rope_tables, weights, SMALL,
+    V,
 };
 use std::path::PathBuf;
 
@@ -50,6 +51,17 @@ impl Model {
             norm,
             w_out: Tensor::randn(&[32, V], 0.2, 2),
         }
+    }
+    /// The same model with the layer declared shape-generic (`decoder_layer_dyn`): its query
+    /// weight comes in as `[D, KVH, G, DH]`.
+    fn new_dyn() -> Model {
+        let mut m = Model::new();
+        m.layer = load(decoder_layer_dyn(1.0 / (SMALL.dh as f64).sqrt()));
+        let (kvh, g, dh) = (SMALL.kvh as usize, (SMALL.h / SMALL.kvh) as usize, SMALL.dh as usize);
+        for w in &mut m.layer_weights {
+            w[1] = w[1].reshape(&[SMALL.d as usize, kvh, g, dh]).unwrap();
+        }
+        m
     }
     fn decoder(&self) -> Decoder<'_> {
         Decoder {
@@ -150,17 +162,48 @@ fn session_errors_leave_it_as_it_was() {
     let e = s.step(V as i64).unwrap_err().to_string();
     assert!(e.contains(&V.to_string()), "{e}");
     assert_eq!(s.position(), 20);
-    // Caches of another length than the layer's tables: the layer names the conflict.
-    let mut short = Session::new(&dec, 8).unwrap();
-    let e = short.step(1).unwrap_err().to_string();
-    assert!(e.contains("T") && e.contains("k_cache"), "{e}");
-    assert_eq!(short.position(), 0);
-    // The caches' memory is checked before they are allocated.
+    // Caches of another length than the layer's tables, where one dim sizes both: refused
+    // when the session is made.
+    let e = Session::new(&dec, 8).err().unwrap().to_string();
+    assert!(e.contains("cache length `T` to 24") && e.contains("8 positions"), "{e}");
+    // The caches' memory is checked before they are allocated (a layer whose caches' length
+    // is their own dim).
+    let model = Model::new_dyn();
+    let dec = model.decoder();
     let e = Session::new(&dec, usize::MAX / 4).err().unwrap().to_string();
     assert!(e.contains("KV caches"), "{e}");
     model.layer.set_memory_limit(4096);
     let e = Session::new(&dec, 64).err().unwrap().to_string();
     assert!(e.contains("KV caches") && e.contains("memory limit"), "{e}");
+}
+
+/// A layer with every size a dynamic dim: the session binds its caches' other dims from the
+/// layer's inputs, and computes what the fixed-size layer computes, at any cache length
+/// within the tables.
+#[test]
+fn a_shape_generic_layer_runs_in_sessions() {
+    let (fixed, generic) = (Model::new(), Model::new_dyn());
+    let (fd, gd) = (fixed.decoder(), generic.decoder());
+    let mut a = Session::new(&fd, T).unwrap();
+    for max_len in [T, 12] {
+        let mut b = Session::new(&gd, max_len).unwrap();
+        assert_eq!(
+            b.cache_bytes(),
+            2 * 2 * (2 * max_len * 8) * 4,
+            "[KVH = 2, 1, {max_len}, DH = 8]"
+        );
+        a.reset();
+        let want = a.prefill(&IDS[..6]).unwrap().to_f32_vec();
+        close(
+            &format!("prefill, caches of {max_len}"),
+            &b.prefill(&IDS[..6]).unwrap().to_f32_vec(),
+            &want,
+        );
+        for &id in &IDS[6..] {
+            let want = a.step(id).unwrap().to_f32_vec();
+            close(&format!("step, caches of {max_len}"), &b.step(id).unwrap().to_f32_vec(), &want);
+        }
+    }
 }
 
 /// Greedy decoding of `n` tokens after `prompt`: the tokens and every step's logits.

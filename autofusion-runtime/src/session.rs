@@ -139,7 +139,8 @@ impl<'m> Session<'m> {
         if g.state.is_empty() {
             return Err(err("a session's layer graph keeps no cache (no state parameter)".into()));
         }
-        let shapes = cache_shapes(model.layer, max_len)?;
+        let first = model.layer_inputs.first().map(Vec::as_slice).unwrap_or(&[]);
+        let shapes = cache_shapes(model.layer, first, max_len)?;
         let mut footprint = Footprint::default();
         let per_layer = shapes
             .iter()
@@ -245,12 +246,27 @@ impl<'m> Session<'m> {
     }
 }
 
-/// The state parameters' shapes and dtypes of `layer` with its cache length at `max_len`:
-/// every other dim of a cache must be static.
-fn cache_shapes(layer: &dyn Runner, max_len: usize) -> Result<Vec<(Vec<usize>, crate::DType)>> {
+/// The caches' shapes for `max_len` positions. Every dim of a cache but its length is bound
+/// from the layer's inputs (`inputs`: the first layer's, after the hidden states), where a
+/// dim is an axis of its own; the one dim left (no input binds it, it is not the caller's)
+/// is the length.
+fn cache_shapes(
+    layer: &dyn Runner,
+    inputs: &[&Tensor],
+    max_len: usize,
+) -> Result<Vec<(Vec<usize>, crate::DType)>> {
     let g = layer.graph();
     let pnodes = g.param_nodes();
     let free = caller_dims(g);
+    let err = |msg: String| Error::Dims { graph: g.name.clone(), msg };
+    let mut bound: std::collections::HashMap<String, i64> = Default::default();
+    for (t, &p) in inputs.iter().zip(pnodes.iter().skip(1)) {
+        for (d, &n) in g.node(p).shape.iter().zip(t.shape()) {
+            if let Some(s) = d.as_sym() {
+                bound.entry(s.to_string()).or_insert(n as i64);
+            }
+        }
+    }
     g.state
         .iter()
         .map(|&i| {
@@ -258,26 +274,31 @@ fn cache_shapes(layer: &dyn Runner, max_len: usize) -> Result<Vec<(Vec<usize>, c
             let mut syms: Vec<String> = n.shape.iter().flat_map(|d| d.symbols()).collect();
             syms.sort();
             syms.dedup();
-            let len = match &syms[..] {
-                [t] if !free.contains(t) => t.clone(),
+            syms.retain(|s| !free.contains(s));
+            let unbound: Vec<String> =
+                syms.iter().filter(|s| !bound.contains_key(*s)).cloned().collect();
+            let len = match (&syms[..], &unbound[..]) {
+                ([t], _) | (_, [t]) => t.clone(),
                 _ => {
-                    return Err(Error::Dims {
-                        graph: g.name.clone(),
-                        msg: format!(
-                            "cache `{}` has shape {}: a session needs one dynamic dim (its length) in it",
-                            g.params[i],
-                            autofusion_ir::dim::shape_str(&n.shape)
-                        ),
-                    })
+                    return Err(err(format!(
+                        "cache `{}` has shape {}: a session needs one dim in it (its length) that no layer input binds, not {unbound:?}",
+                        g.params[i],
+                        autofusion_ir::dim::shape_str(&n.shape)
+                    )))
                 }
             };
-            let bind = |s: &str| (s == len).then_some(max_len as i64);
+            if let Some(&b) = bound.get(&len).filter(|&&b| b != max_len as i64) {
+                return Err(err(format!(
+                    "the layer's inputs bind the cache length `{len}` to {b} (position tables of {b} rows?): a session of {max_len} positions needs them of {max_len}"
+                )));
+            }
+            let bind = |s: &str| if s == len { Some(max_len as i64) } else { bound.get(s).copied() };
             let shape = n
                 .shape
                 .iter()
                 .map(|d| d.eval(&bind).map(|v| v.max(0) as usize))
                 .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|msg| Error::Dims { graph: g.name.clone(), msg })?;
+                .map_err(err)?;
             Ok((shape, n.dtype))
         })
         .collect()

@@ -88,6 +88,71 @@ pub fn decoder_layer(z: Sizes) -> Graph {
     g.finish().unwrap()
 }
 
+/// `decoder_layer` with every size a dynamic dim (`D`, `KVH`, `G`, `DH`, `F`; tables of `R`
+/// positions, caches of `T`), as a build that runs checkpoints of any shape declares it: the
+/// query weight comes in as `[D, KVH, G, DH]`, which binds the group size. The attention scale
+/// is a number (`scale`): a checkpoint's loader folds `1 / sqrt(DH)` into the query weight.
+pub fn decoder_layer_dyn(scale: f64) -> Graph {
+    let sym = DimExpr::sym;
+    let (s, t, r) = (sym("S"), sym("T"), sym("R"));
+    let (d, kvh, gh, dh, f) = (sym("D"), sym("KVH"), sym("G"), sym("DH"), sym("F"));
+    let qd = kvh.mul(&gh).mul(&dh);
+    let kd = kvh.mul(&dh);
+    let mut g = GraphBuilder::new("decoder_kv_dyn");
+    let x = g.param("x", DType::F32, vec![s.clone(), d.clone()]);
+    let cos = g.param("cos", DType::F32, vec![r.clone(), dh.clone()]);
+    let sin = g.param("sin", DType::F32, vec![r, dh.clone()]);
+    let ln1 = g.param("attn_norm", DType::F32, vec![d.clone()]);
+    let wq = g.param("w_q", DType::F32, vec![d.clone(), kvh.clone(), gh.clone(), dh.clone()]);
+    let wk = g.param("w_k", DType::F32, vec![d.clone(), kd.clone()]);
+    let wv = g.param("w_v", DType::F32, vec![d.clone(), kd]);
+    let wo = g.param("w_o", DType::F32, vec![qd.clone(), d.clone()]);
+    let ln2 = g.param("mlp_norm", DType::F32, vec![d.clone()]);
+    let wg = g.param("w_gate", DType::F32, vec![d.clone(), f.clone()]);
+    let wu = g.param("w_up", DType::F32, vec![d.clone(), f.clone()]);
+    let wd = g.param("w_down", DType::F32, vec![f, d.clone()]);
+    let cache = vec![kvh.clone(), DimExpr::constant(1), t, dh.clone()];
+    let k_cache = g.state("k_cache", DType::F32, cache.clone());
+    let v_cache = g.state("v_cache", DType::F32, cache);
+    let p = g.call_dim("P");
+    let end = p.add(&s);
+    let wq = g.reshape(wq, vec![d.clone(), qd.clone()], "w_q2").unwrap();
+    let xn = g.op(Op::RmsNorm { eps: 1e-5 }, &[x, ln1], "xn").unwrap();
+    let cos_s = slice(&mut g, cos, 0, p.clone(), end.clone(), "cos_s");
+    let sin_s = slice(&mut g, sin, 0, p.clone(), end.clone(), "sin_s");
+    let heads = |g: &mut GraphBuilder, w, per_kv: DimExpr, name: &str| {
+        let y = g.matmul(xn, w, name).unwrap();
+        let y = g.reshape(y, vec![s.clone(), kvh.clone(), per_kv, dh.clone()], name).unwrap();
+        g.op(Op::Transpose { perm: vec![1, 2, 0, 3] }, &[y], name).unwrap()
+    };
+    let q = heads(&mut g, wq, gh.clone(), "q");
+    let q = g.op(Op::Rope, &[q, cos_s, sin_s], "q_rope").unwrap();
+    let k = heads(&mut g, wk, DimExpr::constant(1), "k");
+    let k = g.op(Op::Rope, &[k, cos_s, sin_s], "k_rope").unwrap();
+    let v = heads(&mut g, wv, DimExpr::constant(1), "v");
+    let k_all = g.cache_write(k_cache, k, 2, p.clone(), "k_all").unwrap();
+    let v_all = g.cache_write(v_cache, v, 2, p.clone(), "v_all").unwrap();
+    let k_vis = slice(&mut g, k_all, 2, DimExpr::constant(0), end.clone(), "k_vis");
+    let v_vis = slice(&mut g, v_all, 2, DimExpr::constant(0), end, "v_vis");
+    let att = g
+        .op(Op::Attention { scale, causal: true, mask: false }, &[q, k_vis, v_vis], "att")
+        .unwrap();
+    let att = g.op(Op::Transpose { perm: vec![2, 0, 1, 3] }, &[att], "att_t").unwrap();
+    let att = g.op(Op::Copy, &[att], "att_c").unwrap();
+    let att = g.reshape(att, vec![s.clone(), qd], "att_r").unwrap();
+    let o = g.matmul(att, wo, "o").unwrap();
+    let x1 = g.binary(BinaryOp::Add, x, o, "x1").unwrap();
+    let xn2 = g.op(Op::RmsNorm { eps: 1e-5 }, &[x1, ln2], "xn2").unwrap();
+    let gate = g.matmul(xn2, wg, "gate").unwrap();
+    let gate = g.unary(UnaryOp::Silu, gate, "gate_act").unwrap();
+    let up = g.matmul(xn2, wu, "up").unwrap();
+    let hmid = g.binary(BinaryOp::Mul, gate, up, "h").unwrap();
+    let down = g.matmul(hmid, wd, "down").unwrap();
+    let out = g.binary(BinaryOp::Add, x1, down, "out").unwrap();
+    g.output(out);
+    g.finish().unwrap()
+}
+
 fn slice(
     g: &mut GraphBuilder,
     x: autofusion_compiler::ir::NodeId,
