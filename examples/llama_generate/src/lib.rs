@@ -6,9 +6,12 @@
 pub mod checkpoint;
 pub mod config;
 pub mod gguf;
+pub mod graphs;
+pub mod model;
 
 pub use checkpoint::{LayerWeights, Weights};
 pub use config::Config;
+pub use model::{Exec, Model};
 
 /// What can go wrong reading a model; each names the file and, where there is one, the
 /// tensor or metadata key.
@@ -20,6 +23,8 @@ pub enum Error {
     Tensor { path: std::path::PathBuf, tensor: String, what: String },
     #[error("{path}: metadata `{key}`: {what}")]
     Metadata { path: std::path::PathBuf, key: String, what: String },
+    #[error(transparent)]
+    Run(#[from] autofusion::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
