@@ -366,6 +366,35 @@ static inline __attribute__((always_inline)) AF_TARGET_AVX2 void af_uk_avx2_t(in
                                                                                int64_t cs, const void *restrict B,
                                                                                float *restrict C, int64_t ldc, int64_t mr,
                                                                                int64_t nr, int acc, int bt) {
+    if (mr == 1) { /* one row (decode): four k-steps in flight instead of five idle rows */
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+        int64_t k = 0;
+        for (; k + 4 <= kc; k += 4) {
+            const int64_t b = k * 16;
+            const __m256 x0 = _mm256_broadcast_ss(A + k * cs), x1 = _mm256_broadcast_ss(A + (k + 1) * cs);
+            const __m256 x2 = _mm256_broadcast_ss(A + (k + 2) * cs), x3 = _mm256_broadcast_ss(A + (k + 3) * cs);
+            s0 = _mm256_fmadd_ps(x0, af_b8(B, b, bt), s0);
+            s1 = _mm256_fmadd_ps(x0, af_b8(B, b + 8, bt), s1);
+            s2 = _mm256_fmadd_ps(x1, af_b8(B, b + 16, bt), s2);
+            s3 = _mm256_fmadd_ps(x1, af_b8(B, b + 24, bt), s3);
+            s4 = _mm256_fmadd_ps(x2, af_b8(B, b + 32, bt), s4);
+            s5 = _mm256_fmadd_ps(x2, af_b8(B, b + 40, bt), s5);
+            s6 = _mm256_fmadd_ps(x3, af_b8(B, b + 48, bt), s6);
+            s7 = _mm256_fmadd_ps(x3, af_b8(B, b + 56, bt), s7);
+        }
+        for (; k < kc; ++k) {
+            const __m256 x = _mm256_broadcast_ss(A + k * cs);
+            s0 = _mm256_fmadd_ps(x, af_b8(B, k * 16, bt), s0);
+            s1 = _mm256_fmadd_ps(x, af_b8(B, k * 16 + 8, bt), s1);
+        }
+        const __m256 r0 = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s4, s6));
+        const __m256 r1 = _mm256_add_ps(_mm256_add_ps(s1, s3), _mm256_add_ps(s5, s7));
+        float t[16];
+        _mm256_storeu_ps(t, r0);
+        _mm256_storeu_ps(t + 8, r1);
+        for (int64_t j = 0; j < nr; ++j) C[j] = acc ? C[j] + t[j] : t[j];
+        return;
+    }
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
     const float *a0 = AF_AROW(0), *a1 = AF_AROW(1), *a2 = AF_AROW(2), *a3 = AF_AROW(3), *a4 = AF_AROW(4), *a5 = AF_AROW(5);
