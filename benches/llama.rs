@@ -18,11 +18,11 @@
 //! of each kernel of one layer's decode step at each context (launched one by one).
 //! Threads: `AUTOFUSION_THREADS`.
 
-use autofusion::machine::{cpu_model, isa_level};
+use autofusion::machine::{cpu_model, isa_level, read_bandwidth};
+use autofusion::session_bench::{decode_line, decode_tok_s, prefill_line, prefill_tok_s, warm};
 use autofusion::{Decoder, Module, Session, Tensor};
 use autofusion_compiler::{Options, Unit, Variant};
 use std::path::PathBuf;
-use std::time::Instant;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -35,11 +35,6 @@ use decoder_graphs::{decoder_layer, embed_graph_of, head_graph_of, rope_tables, 
 const SMOL: Sizes = Sizes { d: 576, h: 9, kvh: 3, dh: 64, f: 1536 };
 const LAYERS: usize = 30;
 const VOCAB: usize = 49152;
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// The three graphs of one variant.
 struct Graphs {
@@ -109,39 +104,6 @@ impl Weights {
     }
 }
 
-/// Read bandwidth: every pool thread sums its share of a 1 GiB buffer; the best of 5 runs.
-fn read_bandwidth() -> f64 {
-    let n = (1usize << 30) / 4;
-    let buf: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
-    let threads = autofusion::threads();
-    let chunk = n.div_ceil(threads);
-    let mut best = 0.0f64;
-    for _ in 0..5 {
-        let t = Instant::now();
-        let total: f32 = std::thread::scope(|s| {
-            let parts: Vec<_> = buf
-                .chunks(chunk)
-                .map(|c| {
-                    s.spawn(move || {
-                        let mut acc = [0.0f32; 16];
-                        for v in c.chunks_exact(16) {
-                            for i in 0..16 {
-                                acc[i] += v[i];
-                            }
-                        }
-                        acc.iter().sum::<f32>()
-                    })
-                })
-                .collect();
-            parts.into_iter().map(|p| p.join().unwrap()).sum()
-        });
-        let secs = t.elapsed().as_secs_f64();
-        std::hint::black_box(total);
-        best = best.max((n * 4) as f64 / secs / 1e9);
-    }
-    best
-}
-
 /// Each kernel of one layer's decode step at position `ctx`, launched one by one.
 fn print_kernels(name: &str, g: &Graphs, w: &Weights, ctx: usize, max_len: usize) {
     let shape = [SMOL.kvh as usize, 1, max_len, SMOL.dh as usize];
@@ -161,10 +123,6 @@ fn print_kernels(name: &str, g: &Graphs, w: &Weights, ctx: usize, max_len: usize
     for ((kname, ops), t) in names.iter().zip(&times) {
         println!("    {t:8.1} us  {kname}: {ops}");
     }
-}
-
-fn ids(n: usize, seed: usize) -> Vec<i64> {
-    (0..n).map(|i| ((i * 7919 + seed * 104_729) % VOCAB) as i64).collect()
 }
 
 /// The value after `--name`: a comma-separated list of sizes (empty: none), or `default`.
@@ -207,55 +165,18 @@ fn main() {
         "read bandwidth: {bw:.1} GB/s measured; weights read per token: {:.1} MB",
         bytes / 1e6
     );
-
-    // Every variant warmed once (weights packed, plans made) before anything is timed.
-    for s in &mut sessions {
-        s.prefill_last(&ids(8, 0)).unwrap();
-        s.step(1).unwrap();
-        s.reset();
-    }
+    warm(&mut sessions, VOCAB).unwrap();
     for &n in &prefills {
-        let mut times = vec![Vec::new(); sessions.len()];
-        for r in 0..rounds {
-            for (i, s) in sessions.iter_mut().enumerate() {
-                s.reset();
-                let t = Instant::now();
-                s.prefill_last(&ids(n, r)).unwrap();
-                times[i].push(t.elapsed().as_secs_f64());
-            }
-        }
-        let tps: Vec<f64> = times.iter_mut().map(|t| n as f64 / median(t)).collect();
-        println!("llama f32 prefill S={n}: fused {:.1} tok/s, opt0 {:.1} tok/s", tps[0], tps[1]);
+        let tps = prefill_tok_s(&mut sessions, n, rounds, VOCAB).unwrap();
+        println!("{}", prefill_line("f32", n, &tps));
     }
     for &ctx in &contexts {
-        for s in &mut sessions {
-            s.reset();
-            if ctx > 0 {
-                s.prefill_last(&ids(ctx, 7)).unwrap();
-            }
-        }
-        let mut times = vec![Vec::new(); sessions.len()];
-        for _ in 0..rounds {
-            for (i, s) in sessions.iter_mut().enumerate() {
-                s.truncate(ctx).unwrap();
-                let t = Instant::now();
-                for k in 0..steps {
-                    s.step(ids(1, k)[0]).unwrap();
-                }
-                times[i].push(t.elapsed().as_secs_f64() / steps as f64);
-            }
-        }
-        let tps: Vec<f64> = times.iter_mut().map(|t| 1.0 / median(t)).collect();
+        let tps = decode_tok_s(&mut sessions, ctx, steps, rounds, VOCAB).unwrap();
         if std::env::args().any(|a| a == "--kernels") {
             for (name, g) in &variants {
                 print_kernels(name, g, &w, ctx, max_len);
             }
         }
-        println!(
-            "llama f32 decode ctx={ctx}: fused {:.1} tok/s, opt0 {:.1} tok/s, {:.1} GB/s of {bw:.1} GB/s measured",
-            tps[0],
-            tps[1],
-            tps[0] * bytes / 1e9
-        );
+        println!("{}", decode_line("f32", ctx, &tps, bytes, bw));
     }
 }

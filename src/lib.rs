@@ -45,6 +45,13 @@ pub use autofusion_runtime::packs;
 /// The CPU model and the micro-kernel level the generated code picks on it, for reports.
 pub use autofusion_runtime::machine;
 
+/// Sessions timed side by side (prefill and decode tokens/s), in the lines the `llama` bench
+/// and `llama_generate --bench` print.
+pub use autofusion_runtime::session_bench;
+
+/// Writing f32 arrays as NumPy `.npy` files (embeddings, logits), for scripts to compare.
+pub use autofusion_runtime::npy;
+
 /// The number of threads the host kernels run on (`AUTOFUSION_THREADS`, else the CPUs this
 /// process may use), for reports.
 pub fn threads() -> usize {

@@ -7,7 +7,6 @@ pub mod checkpoint;
 pub mod config;
 pub mod graphs;
 pub mod model;
-pub mod npy;
 
 pub use config::Config;
 pub use model::{Encoder, Exec, Padded};

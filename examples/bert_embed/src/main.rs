@@ -5,7 +5,8 @@
 //! Reads sentences one per line (from a file, or stdin), embeds them in batches and prints the
 //! cosine-similarity matrix; `--out` writes the `[n, hidden]` f32 embeddings as `.npy`.
 
-use bert_embed::{npy, Encoder, Exec};
+use autofusion::npy;
+use bert_embed::{Encoder, Exec};
 use clap::Parser;
 use std::io::Read;
 use std::path::PathBuf;

@@ -23,6 +23,21 @@ pub struct Config {
 }
 
 impl Config {
+    /// The sizes in a line, for reports: `30 layers, hidden 576, heads 9/3 KV of 64, ...`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} layers, hidden {}, heads {}/{} KV of {}, intermediate {}, vocab {}{}",
+            self.layers,
+            self.hidden,
+            self.heads,
+            self.kv_heads,
+            self.head_dim,
+            self.intermediate,
+            self.vocab,
+            if self.tied { ", tied" } else { "" }
+        )
+    }
+
     /// `config.json` of a Hugging Face Llama-architecture checkpoint (`LlamaForCausalLM`,
     /// Mistral, Qwen2 without biases, SmolLM, ...). Theta is read at the top level or, as
     /// transformers 5 writes it, in `rope_parameters`; scaled RoPE variants are refused.

@@ -71,6 +71,9 @@ pub enum GgmlType {
     /// Blocks of 32: an f16 scale and 16 bytes of 4-bit values, element j in the low nibble
     /// of byte j and element j + 16 in its high nibble, each minus 8.
     Q4_0,
+    /// Blocks of 32: an f16 scale `d`, an f16 minimum `m` and 16 bytes of 4-bit values `q`
+    /// (nibbles ordered as Q4_0's), each element `d * q + m`.
+    Q4_1,
     Other(u32),
 }
 
@@ -81,6 +84,7 @@ impl GgmlType {
             1 => GgmlType::F16,
             8 => GgmlType::Q8_0,
             2 => GgmlType::Q4_0,
+            3 => GgmlType::Q4_1,
             30 => GgmlType::BF16,
             other => GgmlType::Other(other),
         }
@@ -92,6 +96,7 @@ impl GgmlType {
             GgmlType::F16 | GgmlType::BF16 => Some((1, 2)),
             GgmlType::Q8_0 => Some((32, 34)),
             GgmlType::Q4_0 => Some((32, 18)),
+            GgmlType::Q4_1 => Some((32, 20)),
             GgmlType::Other(_) => None,
         }
     }
@@ -286,7 +291,10 @@ impl<B: AsRef<[u8]>> Gguf<B> {
         let err =
             |what: String| Error::Tensor { path: self.path.clone(), tensor: name.into(), what };
         let n = t.bytes.ok_or_else(|| {
-            err(format!("type {:?}: this reader reads F32, F16, BF16, Q8_0 and Q4_0", t.ggml_type))
+            err(format!(
+                "type {:?}: this reader reads F32, F16, BF16, Q8_0, Q4_0 and Q4_1",
+                t.ggml_type
+            ))
         })?;
         // Checked against the data section when the file was parsed.
         let start = self.data_start + t.offset as usize;
@@ -318,14 +326,26 @@ fn dequantize(ty: GgmlType, data: &[u8]) -> Vec<f32> {
             .chunks_exact(18)
             .flat_map(|b| {
                 let d = f16(&b[..2]);
-                let qs = &b[2..];
-                let lo = qs.iter().map(move |&q| d * ((q & 0x0f) as i32 - 8) as f32);
-                let hi = qs.iter().map(move |&q| d * ((q >> 4) as i32 - 8) as f32);
-                lo.chain(hi).collect::<Vec<f32>>()
+                nibbles(&b[2..], move |q| d * (q as i32 - 8) as f32)
+            })
+            .collect(),
+        GgmlType::Q4_1 => data
+            .chunks_exact(20)
+            .flat_map(|b| {
+                let (d, m) = (f16(&b[..2]), f16(&b[2..4]));
+                nibbles(&b[4..], move |q| d * q as f32 + m)
             })
             .collect(),
         GgmlType::Other(_) => Vec::new(),
     }
+}
+
+/// A 4-bit block's 32 values through `value`: element j in the low nibble of byte j, element
+/// j + 16 in its high nibble.
+fn nibbles(qs: &[u8], value: impl Fn(u8) -> f32 + Copy) -> Vec<f32> {
+    let lo = qs.iter().map(move |&q| value(q & 0x0f));
+    let hi = qs.iter().map(move |&q| value(q >> 4));
+    lo.chain(hi).collect()
 }
 
 /// A bounds-checked cursor over the file's bytes.

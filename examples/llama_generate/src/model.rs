@@ -65,6 +65,19 @@ impl Model {
         })
     }
 
+    /// Weight bytes a decode step reads: every layer's tensors, the final norm and the output
+    /// projection (the embedding table when tied; the one row of it the step gathers is left
+    /// out).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let out = self.w_out.as_ref().unwrap_or(&self.table);
+        self.layers
+            .iter()
+            .flatten()
+            .chain([&self.norm, out])
+            .map(|t| t.numel() * t.dtype().size())
+            .sum()
+    }
+
     /// The decoder over `exec`'s modules (sessions of at most `max_len` positions).
     pub fn decoder(&self, exec: Exec) -> Result<Decoder<'_>> {
         let pick = |fused: autofusion::Result<&'static autofusion::Module>,

@@ -21,7 +21,7 @@ fn hugging_face_and_gguf_files_load_the_same_model() {
         head_dim: 8,
         intermediate: 64,
         layers: 2,
-        vocab: 96,
+        vocab: 384,
         rope_theta: 10000.0,
         rms_eps: 1e-5,
         tied: false,

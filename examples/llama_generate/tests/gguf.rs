@@ -1,5 +1,5 @@
 //! The GGUF reader against a file llama.cpp's own writer made (`tests/fixtures/make_gguf.py`,
-//! gguf-py): every metadata type, and F32 / F16 / BF16 / Q8_0 / Q4_0 tensors dequantised as
+//! gguf-py): every metadata type, and F32 / F16 / BF16 / Q8_0 / Q4_0 / Q4_1 tensors dequantised as
 //! gguf-py dequantises them. Then hostile files: every truncation, and headers whose counts,
 //! lengths, dimensions, types or offsets lie, each an `Err` naming what is wrong (never a
 //! panic or an allocation sized from the file).
@@ -57,7 +57,14 @@ fn reads_what_gguf_py_wrote() {
         }
     }
     let types: Vec<GgmlType> = g.tensors.iter().map(|t| t.ggml_type).collect();
-    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0] {
+    for ty in [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+    ] {
         assert!(types.contains(&ty), "the fixture holds {ty:?}");
     }
 }

@@ -1,4 +1,4 @@
-//! NumPy's `.npy` format, version 1.0, for the embeddings (`numpy.load` reads it): a magic
+//! NumPy's `.npy` format, version 1.0, for outputs scripts compare (`numpy.load` reads it): a magic
 //! string, a header dict padded with spaces to a multiple of 64 bytes, then the data.
 
 use std::io::Write;
