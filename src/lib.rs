@@ -38,6 +38,10 @@ pub use autofusion_runtime::{
     tolerance, DType, Decoder, Device, Error, Module, Result, Runner, Session, Tensor,
 };
 
+/// A fused graph's Ascend module bound to an NPU, as a `Runner` of a `Decoder`'s sessions.
+#[cfg(feature = "ascend")]
+pub use autofusion_runtime::session::OnDevice;
+
 /// Packed weights, shared by every module of the process (`packs::live_bytes`,
 /// `packs::bytes_packed_from`).
 pub use autofusion_runtime::packs;

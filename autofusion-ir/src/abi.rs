@@ -132,7 +132,7 @@ pub fn packed_elems(batch: i64, k: i64, n: i64) -> i64 {
 
 /// Dynamic dims at the start of an Ascend kernel's args table (int64 each), before the
 /// module's buffer addresses (uint64 each).
-pub const ASCEND_MAX_DIMS: usize = 8;
+pub const ASCEND_MAX_DIMS: usize = 16;
 
 /// `AfTiling` int64 fields of an Ascend kernel, in order (emitted in the generated Ascend C
 /// and mirrored by the runtime): launch size, UB chunk columns, matmul / flash tile sizes and

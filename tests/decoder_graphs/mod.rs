@@ -27,65 +27,17 @@ pub const SMALL: Sizes = Sizes { d: 32, h: 4, kvh: 2, dh: 8, f: 48 };
 
 pub fn decoder_layer(z: Sizes) -> Graph {
     let c = DimExpr::constant;
-    let mut g = GraphBuilder::new("decoder_kv");
-    let (s, t) = (DimExpr::sym("S"), DimExpr::sym("T"));
-    let x = g.param("x", DType::F32, vec![s.clone(), c(z.d)]);
-    let cos = g.param("cos", DType::F32, vec![t.clone(), c(z.dh)]);
-    let sin = g.param("sin", DType::F32, vec![t.clone(), c(z.dh)]);
-    let ln1 = g.param("attn_norm", DType::F32, vec![c(z.d)]);
-    let wq = g.param("w_q", DType::F32, vec![c(z.d), c(z.h * z.dh)]);
-    let wk = g.param("w_k", DType::F32, vec![c(z.d), c(z.kvh * z.dh)]);
-    let wv = g.param("w_v", DType::F32, vec![c(z.d), c(z.kvh * z.dh)]);
-    let wo = g.param("w_o", DType::F32, vec![c(z.h * z.dh), c(z.d)]);
-    let ln2 = g.param("mlp_norm", DType::F32, vec![c(z.d)]);
-    let wg = g.param("w_gate", DType::F32, vec![c(z.d), c(z.f)]);
-    let wu = g.param("w_up", DType::F32, vec![c(z.d), c(z.f)]);
-    let wd = g.param("w_down", DType::F32, vec![c(z.f), c(z.d)]);
-    let cache = vec![c(z.kvh), c(1), t.clone(), c(z.dh)];
-    let k_cache = g.state("k_cache", DType::F32, cache.clone());
-    let v_cache = g.state("v_cache", DType::F32, cache);
-    let p = g.call_dim("P");
-    let end = p.add(&s);
-    let g_heads = z.h / z.kvh;
-
-    let xn = g.op(Op::RmsNorm { eps: 1e-5 }, &[x, ln1], "xn").unwrap();
-    // The tables' rows for positions P .. P + S.
-    let cos_s = slice(&mut g, cos, 0, p.clone(), end.clone(), "cos_s");
-    let sin_s = slice(&mut g, sin, 0, p.clone(), end.clone(), "sin_s");
-    // [S, heads * DH] -> [KVH, heads / KVH, S, DH]
-    let heads = |g: &mut GraphBuilder, w, per_kv: i64, name: &str| {
-        let y = g.matmul(xn, w, name).unwrap();
-        let y = g.reshape(y, vec![s.clone(), c(z.kvh), c(per_kv), c(z.dh)], name).unwrap();
-        g.op(Op::Transpose { perm: vec![1, 2, 0, 3] }, &[y], name).unwrap()
-    };
-    let q = heads(&mut g, wq, g_heads, "q");
-    let q = g.op(Op::Rope, &[q, cos_s, sin_s], "q_rope").unwrap();
-    let k = heads(&mut g, wk, 1, "k");
-    let k = g.op(Op::Rope, &[k, cos_s, sin_s], "k_rope").unwrap();
-    let v = heads(&mut g, wv, 1, "v");
-    let k_all = g.cache_write(k_cache, k, 2, p.clone(), "k_all").unwrap();
-    let v_all = g.cache_write(v_cache, v, 2, p.clone(), "v_all").unwrap();
-    let k_vis = slice(&mut g, k_all, 2, c(0), end.clone(), "k_vis");
-    let v_vis = slice(&mut g, v_all, 2, c(0), end.clone(), "v_vis");
-    let scale = 1.0 / (z.dh as f64).sqrt();
-    let att = g
-        .op(Op::Attention { scale, causal: true, mask: false }, &[q, k_vis, v_vis], "att")
-        .unwrap();
-    // [KVH, G, S, DH] -> [S, H * DH]
-    let att = g.op(Op::Transpose { perm: vec![2, 0, 1, 3] }, &[att], "att_t").unwrap();
-    let att = g.op(Op::Copy, &[att], "att_c").unwrap();
-    let att = g.reshape(att, vec![s.clone(), c(z.h * z.dh)], "att_r").unwrap();
-    let o = g.matmul(att, wo, "o").unwrap();
-    let x1 = g.binary(BinaryOp::Add, x, o, "x1").unwrap();
-    let xn2 = g.op(Op::RmsNorm { eps: 1e-5 }, &[x1, ln2], "xn2").unwrap();
-    let gate = g.matmul(xn2, wg, "gate").unwrap();
-    let gate = g.unary(UnaryOp::Silu, gate, "gate_act").unwrap();
-    let up = g.matmul(xn2, wu, "up").unwrap();
-    let hmid = g.binary(BinaryOp::Mul, gate, up, "h").unwrap();
-    let down = g.matmul(hmid, wd, "down").unwrap();
-    let out = g.binary(BinaryOp::Add, x1, down, "out").unwrap();
-    g.output(out);
-    g.finish().unwrap()
+    layer(LayerShape {
+        name: "decoder_kv",
+        d: c(z.d),
+        kvh: c(z.kvh),
+        group: c(z.h / z.kvh),
+        dh: c(z.dh),
+        f: c(z.f),
+        table_rows: DimExpr::sym("T"),
+        grouped_w_q: false,
+        scale: 1.0 / (z.dh as f64).sqrt(),
+    })
 }
 
 /// `decoder_layer` with every size a dynamic dim (`D`, `KVH`, `G`, `DH`, `F`; tables of `R`
@@ -94,49 +46,90 @@ pub fn decoder_layer(z: Sizes) -> Graph {
 /// is a number (`scale`): a checkpoint's loader folds `1 / sqrt(DH)` into the query weight.
 pub fn decoder_layer_dyn(scale: f64) -> Graph {
     let sym = DimExpr::sym;
-    let (s, t, r) = (sym("S"), sym("T"), sym("R"));
-    let (d, kvh, gh, dh, f) = (sym("D"), sym("KVH"), sym("G"), sym("DH"), sym("F"));
-    let qd = kvh.mul(&gh).mul(&dh);
+    layer(LayerShape {
+        name: "decoder_kv_dyn",
+        d: sym("D"),
+        kvh: sym("KVH"),
+        group: sym("G"),
+        dh: sym("DH"),
+        f: sym("F"),
+        table_rows: sym("R"),
+        grouped_w_q: true,
+        scale,
+    })
+}
+
+/// The sizes of a layer as dims (numbers or symbols), how its query weight comes in, and its
+/// attention scale.
+struct LayerShape {
+    name: &'static str,
+    d: DimExpr,
+    kvh: DimExpr,
+    /// Query heads per KV head.
+    group: DimExpr,
+    dh: DimExpr,
+    f: DimExpr,
+    /// Rows of the RoPE tables (`T` shares the caches' length).
+    table_rows: DimExpr,
+    /// The query weight as `[D, KVH, G, DH]` (binds the group) rather than `[D, H * DH]`.
+    grouped_w_q: bool,
+    scale: f64,
+}
+
+fn layer(z: LayerShape) -> Graph {
+    let (s, t) = (DimExpr::sym("S"), DimExpr::sym("T"));
+    let (d, kvh, dh) = (z.d.clone(), z.kvh.clone(), z.dh.clone());
+    let qd = kvh.mul(&z.group).mul(&dh);
     let kd = kvh.mul(&dh);
-    let mut g = GraphBuilder::new("decoder_kv_dyn");
+    let mut g = GraphBuilder::new(z.name);
     let x = g.param("x", DType::F32, vec![s.clone(), d.clone()]);
-    let cos = g.param("cos", DType::F32, vec![r.clone(), dh.clone()]);
-    let sin = g.param("sin", DType::F32, vec![r, dh.clone()]);
+    let cos = g.param("cos", DType::F32, vec![z.table_rows.clone(), dh.clone()]);
+    let sin = g.param("sin", DType::F32, vec![z.table_rows.clone(), dh.clone()]);
     let ln1 = g.param("attn_norm", DType::F32, vec![d.clone()]);
-    let wq = g.param("w_q", DType::F32, vec![d.clone(), kvh.clone(), gh.clone(), dh.clone()]);
+    let wq = if z.grouped_w_q {
+        let w = vec![d.clone(), kvh.clone(), z.group.clone(), dh.clone()];
+        let w = g.param("w_q", DType::F32, w);
+        g.reshape(w, vec![d.clone(), qd.clone()], "w_q2").unwrap()
+    } else {
+        g.param("w_q", DType::F32, vec![d.clone(), qd.clone()])
+    };
     let wk = g.param("w_k", DType::F32, vec![d.clone(), kd.clone()]);
     let wv = g.param("w_v", DType::F32, vec![d.clone(), kd]);
     let wo = g.param("w_o", DType::F32, vec![qd.clone(), d.clone()]);
     let ln2 = g.param("mlp_norm", DType::F32, vec![d.clone()]);
-    let wg = g.param("w_gate", DType::F32, vec![d.clone(), f.clone()]);
-    let wu = g.param("w_up", DType::F32, vec![d.clone(), f.clone()]);
-    let wd = g.param("w_down", DType::F32, vec![f, d.clone()]);
+    let wg = g.param("w_gate", DType::F32, vec![d.clone(), z.f.clone()]);
+    let wu = g.param("w_up", DType::F32, vec![d.clone(), z.f.clone()]);
+    let wd = g.param("w_down", DType::F32, vec![z.f.clone(), d.clone()]);
     let cache = vec![kvh.clone(), DimExpr::constant(1), t, dh.clone()];
     let k_cache = g.state("k_cache", DType::F32, cache.clone());
     let v_cache = g.state("v_cache", DType::F32, cache);
     let p = g.call_dim("P");
     let end = p.add(&s);
-    let wq = g.reshape(wq, vec![d.clone(), qd.clone()], "w_q2").unwrap();
+
     let xn = g.op(Op::RmsNorm { eps: 1e-5 }, &[x, ln1], "xn").unwrap();
+    // The tables' rows for positions P .. P + S.
     let cos_s = slice(&mut g, cos, 0, p.clone(), end.clone(), "cos_s");
     let sin_s = slice(&mut g, sin, 0, p.clone(), end.clone(), "sin_s");
+    // [S, KVH * per_kv * DH] -> [KVH, per_kv, S, DH]
     let heads = |g: &mut GraphBuilder, w, per_kv: DimExpr, name: &str| {
         let y = g.matmul(xn, w, name).unwrap();
         let y = g.reshape(y, vec![s.clone(), kvh.clone(), per_kv, dh.clone()], name).unwrap();
         g.op(Op::Transpose { perm: vec![1, 2, 0, 3] }, &[y], name).unwrap()
     };
-    let q = heads(&mut g, wq, gh.clone(), "q");
+    let one = DimExpr::constant(1);
+    let q = heads(&mut g, wq, z.group.clone(), "q");
     let q = g.op(Op::Rope, &[q, cos_s, sin_s], "q_rope").unwrap();
-    let k = heads(&mut g, wk, DimExpr::constant(1), "k");
+    let k = heads(&mut g, wk, one.clone(), "k");
     let k = g.op(Op::Rope, &[k, cos_s, sin_s], "k_rope").unwrap();
-    let v = heads(&mut g, wv, DimExpr::constant(1), "v");
+    let v = heads(&mut g, wv, one, "v");
     let k_all = g.cache_write(k_cache, k, 2, p.clone(), "k_all").unwrap();
     let v_all = g.cache_write(v_cache, v, 2, p.clone(), "v_all").unwrap();
     let k_vis = slice(&mut g, k_all, 2, DimExpr::constant(0), end.clone(), "k_vis");
     let v_vis = slice(&mut g, v_all, 2, DimExpr::constant(0), end, "v_vis");
     let att = g
-        .op(Op::Attention { scale, causal: true, mask: false }, &[q, k_vis, v_vis], "att")
+        .op(Op::Attention { scale: z.scale, causal: true, mask: false }, &[q, k_vis, v_vis], "att")
         .unwrap();
+    // [KVH, G, S, DH] -> [S, H * DH]
     let att = g.op(Op::Transpose { perm: vec![2, 0, 1, 3] }, &[att], "att_t").unwrap();
     let att = g.op(Op::Copy, &[att], "att_c").unwrap();
     let att = g.reshape(att, vec![s.clone(), qd], "att_r").unwrap();

@@ -57,6 +57,10 @@ struct Args {
     /// Run the opt_level 0 build (one kernel per op) instead of the fused one.
     #[arg(long)]
     opt0: bool,
+    /// Where the fused kernels run: `cpu`, or `ascend:N` (NPU N; a build with `--features
+    /// ascend`).
+    #[arg(long, default_value = "cpu")]
+    device: String,
     /// Print the prefill and decode bench lines for this checkpoint instead of generating.
     #[arg(long)]
     bench: bool,
@@ -113,10 +117,29 @@ fn run(args: Args) -> AnyResult<()> {
     }
     let model = Model::new(&weights, max_len)?;
     drop(weights);
-    let exec = if args.opt0 { Exec::Unfused } else { Exec::Fused };
+    let exec = exec(&args)?;
     let decoder = model.decoder(exec)?;
     let mut session = Session::new(&decoder, max_len)?;
     generate(&args, &tokenizer, &mut session, &ids, sampling)
+}
+
+/// The build and device `--opt0` and `--device` ask for.
+fn exec(args: &Args) -> AnyResult<Exec> {
+    match (args.device.split_once(':'), args.opt0) {
+        (None, false) if args.device == "cpu" => Ok(Exec::Fused),
+        (None, true) if args.device == "cpu" => Ok(Exec::Unfused),
+        (Some(("ascend", n)), false) => {
+            let n: u32 = n
+                .parse()
+                .map_err(|_| format!("--device {}: `ascend:N` takes a number", args.device))?;
+            #[cfg(feature = "ascend")]
+            return Ok(Exec::Ascend(n));
+            #[cfg(not(feature = "ascend"))]
+            Err(format!("--device ascend:{n}: this build has no Ascend support (build with `--features ascend`)").into())
+        }
+        (Some(("ascend", _)), true) => Err("--opt0 runs on the host only".into()),
+        _ => Err(format!("--device {}: `cpu` or `ascend:N`", args.device).into()),
+    }
 }
 
 /// The prompt as the model reads it: as given, or a ChatML user turn.
@@ -170,13 +193,14 @@ fn generate(
     writeln!(out)?;
     let decode = t.elapsed().as_secs_f64();
     eprintln!(
-        "prompt {} tokens: prefill {:.1} ms ({:.1} tok/s); {generated} tokens generated in {:.1} ms ({:.1} tok/s); {}, {} threads, {} kernels",
+        "prompt {} tokens: prefill {:.1} ms ({:.1} tok/s); {generated} tokens generated in {:.1} ms ({:.1} tok/s); {} on {}, {} threads, {} kernels",
         ids.len(),
         prefill * 1e3,
         ids.len() as f64 / prefill,
         decode * 1e3,
         generated as f64 / decode,
         if args.opt0 { "opt_level 0" } else { "fused" },
+        args.device,
         autofusion::threads(),
         isa_level()
     );

@@ -4,15 +4,61 @@
 
 use crate::graphs::{llama_embed, llama_head, llama_head_tied, llama_layer};
 use crate::{Config, Result, Weights};
-use autofusion::{Decoder, Tensor};
+use autofusion::{Decoder, Runner, Tensor};
 
 /// Which build of the graphs runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exec {
-    /// The fused kernels (the graphs' opt_level).
+    /// The fused kernels (the graphs' opt_level) on the host.
     Fused,
     /// One kernel per op (opt_level 0): the baseline.
     Unfused,
+    /// The fused Ascend C kernels on NPU `n` (the caches stay on the device between calls).
+    #[cfg(feature = "ascend")]
+    Ascend(u32),
+}
+
+/// The runners of the four graphs (embed, layer, head, tied head) for `exec`.
+fn runners(exec: Exec) -> Result<[&'static dyn Runner; 4]> {
+    Ok(match exec {
+        Exec::Fused => [
+            llama_embed::module()?,
+            llama_layer::module()?,
+            llama_head::module()?,
+            llama_head_tied::module()?,
+        ],
+        Exec::Unfused => [
+            llama_embed::unfused_module()?,
+            llama_layer::unfused_module()?,
+            llama_head::unfused_module()?,
+            llama_head_tied::unfused_module()?,
+        ],
+        #[cfg(feature = "ascend")]
+        Exec::Ascend(n) => {
+            use autofusion::OnDevice;
+            use std::collections::BTreeMap;
+            use std::sync::Mutex;
+            // One set of bindings per device for the process: a `Decoder` borrows its runners.
+            static BOUND: Mutex<BTreeMap<u32, &'static [OnDevice<'static>; 4]>> =
+                Mutex::new(BTreeMap::new());
+            let mut bound = BOUND.lock().unwrap_or_else(|e| e.into_inner());
+            let r = match bound.get(&n) {
+                Some(r) => *r,
+                None => {
+                    let on = |module| OnDevice { module, device: n };
+                    let r: &'static [OnDevice<'static>; 4] = Box::leak(Box::new([
+                        on(llama_embed::ascend_module()?),
+                        on(llama_layer::ascend_module()?),
+                        on(llama_head::ascend_module()?),
+                        on(llama_head_tied::ascend_module()?),
+                    ]));
+                    bound.insert(n, r);
+                    r
+                }
+            };
+            [&r[0], &r[1], &r[2], &r[3]]
+        }
+    })
 }
 
 pub struct Model {
@@ -80,20 +126,10 @@ impl Model {
 
     /// The decoder over `exec`'s modules (sessions of at most `max_len` positions).
     pub fn decoder(&self, exec: Exec) -> Result<Decoder<'_>> {
-        let pick = |fused: autofusion::Result<&'static autofusion::Module>,
-                    unfused: autofusion::Result<&'static autofusion::Module>| {
-            match exec {
-                Exec::Fused => fused,
-                Exec::Unfused => unfused,
-            }
-        };
-        let embed = pick(llama_embed::module(), llama_embed::unfused_module())?;
-        let layer = pick(llama_layer::module(), llama_layer::unfused_module())?;
+        let [embed, layer, head, head_tied] = runners(exec)?;
         let (head, out) = match &self.w_out {
-            Some(w) => (pick(llama_head::module(), llama_head::unfused_module())?, w),
-            None => {
-                (pick(llama_head_tied::module(), llama_head_tied::unfused_module())?, &self.table)
-            }
+            Some(w) => (head, w),
+            None => (head_tied, &self.table),
         };
         Ok(Decoder {
             embed,

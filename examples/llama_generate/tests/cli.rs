@@ -136,6 +136,8 @@ fn bad_input_is_one_error_line_and_a_failure() {
         ),
         (vec!["--model", m, "--prompt", ""], "no tokens"),
         (vec!["--model", m], "--prompt"),
+        (vec!["--model", m, "--prompt", "x", "--device", "gpu"], "`cpu` or `ascend:N`"),
+        (vec!["--model", m, "--prompt", "x", "--device", "ascend:x"], "takes a number"),
     ];
     for (args, want) in cases {
         let (ok, _, err) = run(&args);
