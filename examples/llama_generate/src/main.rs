@@ -86,6 +86,7 @@ fn run(args: Args) -> AnyResult<()> {
         seed: args.seed,
     };
     sampling.check()?;
+    let exec = exec(&args)?;
     let t = Instant::now();
     let (weights, tokenizer) = llama_generate::load(&args.model)?;
     let c = weights.config.clone();
@@ -117,7 +118,6 @@ fn run(args: Args) -> AnyResult<()> {
     }
     let model = Model::new(&weights, max_len)?;
     drop(weights);
-    let exec = exec(&args)?;
     let decoder = model.decoder(exec)?;
     let mut session = Session::new(&decoder, max_len)?;
     generate(&args, &tokenizer, &mut session, &ids, sampling)
