@@ -1,8 +1,10 @@
 //! Prefill and decode speed of sessions timed side by side, round by round, as the `llama`
 //! bench and `llama_generate --bench` print them, in lines scripts read:
 //!
-//!     llama <dtype> prefill S=<n>: fused X tok/s, opt0 Y tok/s
-//!     llama <dtype> decode ctx=<T>: fused X tok/s, opt0 Y tok/s, Z GB/s of W GB/s measured
+//! ```text
+//! llama <dtype> prefill S=<n>: fused X tok/s, opt0 Y tok/s
+//! llama <dtype> decode ctx=<T>: fused X tok/s, opt0 Y tok/s, Z GB/s of W GB/s measured
+//! ```
 //!
 //! Prefill computes the last position's logits only (`Session::prefill_last`), as generation
 //! does. Decode at `ctx = T` times single steps after T tokens are in the cache.
