@@ -171,11 +171,6 @@ impl Tokenizer {
         self.inner.token_to_id(token)
     }
 
-    /// This tokenizer as a `tokenizer.json` (for a GGUF one: the file it was rebuilt as).
-    pub fn to_json(&self) -> Result<String> {
-        self.inner.to_string(true).map_err(|e| self.err(format!("cannot serialise: {e}")))
-    }
-
     fn err(&self, what: String) -> Error {
         Error::File { path: self.path.clone(), what }
     }
@@ -336,10 +331,5 @@ impl<'a> TextStream<'a> {
         let new = text.get(self.emitted..).unwrap_or("").to_string();
         self.emitted = text.len().max(self.emitted);
         Ok(new)
-    }
-
-    /// Everything decoded so far.
-    pub fn text(&self) -> Result<String> {
-        self.tokenizer.decode(&self.ids)
     }
 }
