@@ -236,6 +236,13 @@ expect_grep "unknown input" out.txt "unrecognised input file foo.unknown"
 "$BISHENG" --version >out.txt 2>&1
 expect_grep "--version" out.txt "bisheng (ascend-sim)"
 
+# 9b. ASCEND_SIM_OPT replaces the command's optimisation flags; a value that is not one is refused
+ASCEND_SIM_OPT=-O0 "$BISHENG" -v -O2 -c kern.asc -o k.o >out.txt 2>&1
+if grep -q -- " -O2" out.txt; then bad "ASCEND_SIM_OPT=-O0 kept -O2"; else ok; fi
+expect_grep "ASCEND_SIM_OPT" out.txt " -O0"
+if ASCEND_SIM_OPT=fast "$BISHENG" -c kern.asc -o k.o >out.txt 2>&1; then bad "ASCEND_SIM_OPT=fast accepted"; else ok; fi
+expect_grep "bad ASCEND_SIM_OPT" out.txt "ASCEND_SIM_OPT=fast is not an optimisation flag"
+
 # 10. the AscendCL headers are C headers too (and C++ for bindgen)
 printf '#include "acl/acl.h"\nint main(void) { aclrtStream s = 0; (void)s; return ACL_ERROR_RT_AICORE_EXCEPTION == 507015 ? 0 : 1; }\n' > c_api.c
 if $CC -std=c99 -Wall -Wextra -Werror -pedantic -I"$SIM/include" -c c_api.c -o c_api.o >out.txt 2>&1; then ok; else bad "acl.h as C"; cat out.txt; fi
