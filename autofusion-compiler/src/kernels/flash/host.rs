@@ -214,9 +214,9 @@ fn store_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
 /// Attention for a few queries (a decode step), flash-decoding style. A unit is one KV group
 /// (`kv_group`: the query heads K and V are broadcast over, so each key and value row is
 /// read once for all of them) and one of `t->splits` ranges of its keys. Per key block, the
-/// keys' rows are copied row-major into `Kp` and the values' into `Vp` (whatever their
-/// layout); each score is a dot product of a query row and a key row, and each probability
-/// adds its value row to the output; the score chain and the online softmax are the tiled
+/// keys' and values' rows are read in place where they are f32 rows along memory (a KV cache),
+/// else copied row-major into `Kp` and `Vp`; each score is a dot product of a query row and a
+/// key row, and each probability adds its value row to the output; the score chain and the online softmax are the tiled
 /// path's, run per head with `bi` and the row state (`Qp`, `St`, `Ot`, `Mr`, `Lr`) shadowed to
 /// that head's. With one range the rows are stored at once; with more, each range leaves its
 /// rows' max, sum and unnormalised output in the workspace (`bufs[workspace]`, laid out as
@@ -261,10 +261,10 @@ pub(crate) fn few_queries(
                 ));
             }
             c.line("const int64_t bc = af_min64(BC, ke - k0);");
-            copy_key_value_rows(em, fl, c);
+            key_value_rows(em, fl, c);
             per_head(c, &|c| {
                 c.block("for (int64_t i = 0; i < br; ++i)", |c| {
-                    c.line("for (int64_t j = 0; j < bc; ++j) St[i * BC + j] = af_vdot(Qp + i * D, Kp + j * D, D);");
+                    c.line("for (int64_t j = 0; j < bc; ++j) St[i * BC + j] = af_vdot(Qp + i * D, Kb + j * ldk, D);");
                     score_chain(em, fl, c);
                     c.line("/* online softmax; a range may hold only masked keys for a row */");
                     c.line("const float mx = af_vmax(srow, bc, Mr[i]);");
@@ -273,7 +273,7 @@ pub(crate) fn few_queries(
                     c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
                     c.line("Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
                     c.line("Mr[i] = mx;");
-                    c.line("for (int64_t j = 0; j < bc; ++j) af_vaxpy(Ot + i * DV, srow[j], Vp + j * DV, DV);");
+                    c.line("for (int64_t j = 0; j < bc; ++j) af_vaxpy(Ot + i * DV, srow[j], Vb + j * ldv, DV);");
                 });
             });
         });
@@ -294,8 +294,50 @@ fn per_head(c: &mut Code, body: &dyn Fn(&mut Code)) {
     });
 }
 
-/// The key and value rows of the block `k0 .. k0 + bc`, row-major, into `Kp` and `Vp`.
-fn copy_key_value_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
+/// The key and value rows of the block `k0 .. k0 + bc` as `Kb`, `Vb` with row strides `ldk`,
+/// `ldv`. f32 rows along memory are read in place: a decode step's keys and values are a KV
+/// cache's rows, and copying them cost about as much as the attention itself (perf: half of
+/// the kernel's samples on the copy at 2048 cached tokens). Other layouts and 16-bit values
+/// are copied row-major into `Kp` and `Vp`.
+fn key_value_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
+    let rank = fl.spk.shape.len();
+    let (ak, av) = (fl.spk.accesses[&fl.kt], fl.spv.accesses[&fl.v]);
+    let f32_rows = |v: NodeId| em.g.node(v).dtype.is_compute();
+    // K^T's rows (the head dim) are K's columns: in place when that stride is 1 at run time.
+    let k_direct = f32_rows(fl.kt) && em.strided_cols(&fl.spk, fl.kt);
+    let v_direct = f32_rows(fl.v) && !em.strided_cols(&fl.spv, fl.v);
+    c.line("const float *Kb = Kp, *Vb = Vp;");
+    c.line("int64_t ldk = D, ldv = DV;");
+    let copy_k = |c: &mut Code| copy_key_rows(em, fl, c);
+    if k_direct {
+        let kb = em.buf[&resolve(em.g, fl.kt).base];
+        c.if_else(
+            &format!("ac{ak}_s{} == 1", rank - 2),
+            "the block's key rows, in place",
+            |c| {
+                em.row_prologue(&fl.spk, "bi0 * D", c);
+                c.line(format!("ldk = ac{ak}_s{};", rank - 1));
+                c.line(format!("Kb = in{kb} + ac{ak}_row + k0 * ldk;"));
+            },
+            copy_k,
+        );
+    } else {
+        copy_k(c);
+    }
+    if v_direct {
+        let vb = em.buf[&resolve(em.g, fl.v).base];
+        c.block_noted("", "the block's value rows, in place", |c| {
+            em.row_prologue(&fl.spv, "bi0 * SK + k0", c);
+            c.line(format!("ldv = ac{av}_s{};", rank - 2));
+            c.line(format!("Vb = in{vb} + ac{av}_row;"));
+        });
+    } else {
+        copy_value_rows(em, fl, c);
+    }
+}
+
+/// The key rows of the block, row-major, into `Kp`.
+fn copy_key_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
     if em.strided_cols(&fl.spk, fl.kt) {
         c.block_noted("", "the block's key rows, row-major", |c| {
             em.row_prologue(&fl.spk, "bi * D", c);
@@ -314,6 +356,10 @@ fn copy_key_value_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
             ));
         });
     }
+}
+
+/// The value rows of the block, row-major, into `Vp`.
+fn copy_value_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
     c.block_noted("for (int64_t j = 0; j < bc; ++j)", "the block's value rows", |c| {
         em.row_prologue(&fl.spv, "bi * SK + k0 + j", c);
         c.line(format!(
