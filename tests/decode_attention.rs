@@ -15,7 +15,8 @@ use std::path::PathBuf;
 const KVH: i64 = 2;
 const G: i64 = 3;
 const D: i64 = 24;
-const DV: i64 = 40;
+/// 64 + 16 + 8: every chunk width of `af_vaxpy_rows` (64 and 16 lanes, then the tail).
+const DV: i64 = 88;
 
 /// `q [kvh, g, S, D]` over `k [kvh, 1, T, D]` and `v [kvh, 1, T, DV]`.
 fn grouped(kvh: i64, g_heads: i64) -> Graph {

@@ -227,7 +227,7 @@ static inline float af_vexp_sum(float *restrict x, int64_t n, float m) {
 }
 
 /* Attention with few queries (decode): a score as the dot product of a query row and a key
- * row, sixteen partial sums as above; and o[0..n) += p * v[0..n). */
+ * row, sixteen partial sums as above; the value rows weighted by the probabilities. */
 static inline float af_vdot(const float *restrict a, const float *restrict b, int64_t n) {
     float p[16];
     for (int l = 0; l < 16; ++l) p[l] = 0.0f;
@@ -241,8 +241,31 @@ static inline float af_vdot(const float *restrict a, const float *restrict b, in
         for (int i = 0; i < l; ++i) p[i] += p[i + l];
     return p[0];
 }
-static inline void af_vaxpy(float *restrict o, float p, const float *restrict v, int64_t n) {
-    for (int64_t j = 0; j < n; ++j) o[j] += p * v[j];
+/* o[0..n) += sum over j < m of p[j] * v[j * ldv + 0..n): a block of probabilities times its
+ * value rows. The output is held in 64- then 16-lane chunks across all m rows (registers),
+ * not loaded and stored once per value row. */
+static inline void af_vaxpy_rows(float *restrict o, const float *restrict p,
+                                 const float *restrict v, int64_t ldv, int64_t m, int64_t n) {
+    int64_t c = 0;
+    for (; c + 64 <= n; c += 64) {
+        float acc[64];
+        for (int l = 0; l < 64; ++l) acc[l] = o[c + l];
+        for (int64_t j = 0; j < m; ++j)
+            for (int l = 0; l < 64; ++l) acc[l] += p[j] * v[j * ldv + c + l];
+        for (int l = 0; l < 64; ++l) o[c + l] = acc[l];
+    }
+    for (; c + 16 <= n; c += 16) {
+        float acc[16];
+        for (int l = 0; l < 16; ++l) acc[l] = o[c + l];
+        for (int64_t j = 0; j < m; ++j)
+            for (int l = 0; l < 16; ++l) acc[l] += p[j] * v[j * ldv + c + l];
+        for (int l = 0; l < 16; ++l) o[c + l] = acc[l];
+    }
+    for (; c < n; ++c) {
+        float acc = o[c];
+        for (int64_t j = 0; j < m; ++j) acc += p[j] * v[j * ldv + c];
+        o[c] = acc;
+    }
 }
 
 /* Every kernel is compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2+FMA) and the baseline,

@@ -273,7 +273,7 @@ pub(crate) fn few_queries(
                     c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
                     c.line("Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
                     c.line("Mr[i] = mx;");
-                    c.line("for (int64_t j = 0; j < bc; ++j) af_vaxpy(Ot + i * DV, srow[j], Vb + j * ldv, DV);");
+                    c.line("af_vaxpy_rows(Ot + i * DV, srow, Vb, ldv, bc, DV);");
                 });
             });
         });
