@@ -261,10 +261,12 @@ static inline void af_vaxpy_rows(float *restrict o, const float *restrict p,
             for (int l = 0; l < 16; ++l) acc[l] += p[j] * v[j * ldv + c + l];
         for (int l = 0; l < 16; ++l) o[c + l] = acc[l];
     }
-    for (; c < n; ++c) {
-        float acc = o[c];
-        for (int64_t j = 0; j < m; ++j) acc += p[j] * v[j * ldv + c];
-        o[c] = acc;
+    /* the tail by lane, as af_vdot's: GCC's loop-bound check misfires on `for (; c < n; ++c)`
+     * once n is a constant inlined from the kernel */
+    for (int l = 0; l < n - c; ++l) {
+        float acc = o[c + l];
+        for (int64_t j = 0; j < m; ++j) acc += p[j] * v[j * ldv + c + l];
+        o[c + l] = acc;
     }
 }
 
