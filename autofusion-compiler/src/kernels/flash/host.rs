@@ -216,8 +216,8 @@ fn store_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
 /// read once for all of them) and one of `t->splits` ranges of its keys. Per key block, the
 /// keys' and values' rows are read in place where they are f32 rows along memory (a KV cache),
 /// else copied row-major into `Kp` and `Vp`; each score is a dot product of a query row and a
-/// key row, and each probability adds its value row to the output; the score chain and the online softmax are the tiled
-/// path's, run per head with `bi` and the row state (`Qp`, `St`, `Ot`, `Mr`, `Lr`) shadowed to
+/// key row, and the block's probabilities weight its value rows into the output; the score
+/// chain and the online softmax are the tiled path's, run per head with `bi` and the row state (`Qp`, `St`, `Ot`, `Mr`, `Lr`) shadowed to
 /// that head's. With one range the rows are stored at once; with more, each range leaves its
 /// rows' max, sum and unnormalised output in the workspace (`bufs[workspace]`, laid out as
 /// `tiling::flash::workspace_floats` says) and the last range of the group to finish (a
