@@ -49,7 +49,7 @@ pub(super) fn host(
     let skp = (sk + NR_MAX - 1) / NR_MAX * NR_MAX;
     (
         tiling,
-        (d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 2 * br) as usize,
+        (d * skp + (dv + NR_MAX) * sk + (br + MR_MAX) * d + br * bc + br * dv + 4 * br) as usize,
     )
 }
 

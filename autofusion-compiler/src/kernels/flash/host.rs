@@ -108,9 +108,10 @@ pub(crate) fn flash_setup(em: &Emitter, fl: &Flash, c: &mut Code) {
     c.line("const af_isa_info isa = af_isa();");
     c.line("const int64_t MR = isa.mr, NR = isa.nr, SKP = (SK + AF_NR_MAX - 1) / AF_NR_MAX * AF_NR_MAX, DVP = (DV + NR - 1) / NR * NR;");
     c.line("/* K^T of the head (slivers of NR keys x D), V of the head (slivers of NR columns x SK keys),");
-    c.line(" * the packed query block, scores / probabilities, output accumulator, row max and row sum */");
+    c.line(" * the packed query block, scores / probabilities, output accumulator, row max and row sum,");
+    c.line(" * a key block's new row max and rescale factor */");
     c.line("float *Kp = scratch, *Vp = Kp + D * SKP, *Qp = Vp + (DV + AF_NR_MAX) * SK, *St = Qp + (BR + AF_MR_MAX) * D;");
-    c.line("float *Ot = St + BR * BC, *Mr = Ot + BR * DV, *Lr = Mr + BR;");
+    c.line("float *Ot = St + BR * BC, *Mr = Ot + BR * DV, *Lr = Mr + BR, *Mn = Lr + BR, *Cr = Mn + BR;");
     c.line("const int64_t u0 = block * t->rows_per_block, u1 = af_min64(units, u0 + t->rows_per_block);");
 }
 
@@ -454,7 +455,7 @@ pub(crate) fn key_blocks(em: &Emitter, fl: &Flash, q_direct: bool, c: &mut Code)
             &["for (int64_t jr = 0; jr < bc; jr += NR)", "for (int64_t ir = 0; ir < br; ir += MR)"],
             &format!("isa.uk(D, {qsrc}, Kp + (k0 + jr) * D, St + ir * BC + jr, BC, af_min64(MR, br - ir), af_min64(NR, bc - jr), 0);"),
         );
-        c.block("for (int64_t i = 0; i < br; ++i)", |c| score_row(em, fl, c));
+        score_rows(em, fl, c);
         c.line("/* O += P V on the micro-kernel, P read in place from the score rows */");
         nested_loops(
             c,
@@ -464,14 +465,23 @@ pub(crate) fn key_blocks(em: &Emitter, fl: &Flash, q_direct: bool, c: &mut Code)
     });
 }
 
-/// Score row `i` of a key block: the chain applied in place, then the online softmax update.
-pub(crate) fn score_row(em: &Emitter, fl: &Flash, c: &mut Code) {
-    score_chain(em, fl, c);
-    c.line("/* online softmax: rescale what was accumulated under the old max */");
-    c.line("const float mx = af_vmax(srow, bc, Mr[i]), corr = af_expf(Mr[i] - mx);");
-    c.line("for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
-    c.line("Lr[i] = Lr[i] * corr + af_vexp_sum(srow, bc, mx);");
-    c.line("Mr[i] = mx;");
+/// The score rows of a key block: the chain applied in place, then the online softmax update.
+/// Each phase runs over every row before the next starts: a row's update is a chain of
+/// dependent steps (its max, the rescale factor, the exponentials), and independent rows
+/// side by side let the core overlap them; the rescale factors are one vectorised loop.
+pub(crate) fn score_rows(em: &Emitter, fl: &Flash, c: &mut Code) {
+    c.block("for (int64_t i = 0; i < br; ++i)", |c| {
+        score_chain(em, fl, c);
+        c.line("Mn[i] = af_vmax(srow, bc, Mr[i]);");
+    });
+    c.line("/* online softmax: what was accumulated under the old max is rescaled (not at all when it stays) */");
+    c.line("for (int64_t i = 0; i < br; ++i) Cr[i] = af_expf(Mr[i] - Mn[i]);");
+    c.block("for (int64_t i = 0; i < br; ++i)", |c| {
+        c.line("const float corr = Cr[i];");
+        c.line("if (corr != 1.0f) for (int64_t c = 0; c < DV; ++c) Ot[i * DV + c] *= corr;");
+        c.line("Lr[i] = Lr[i] * corr + af_vexp_sum(St + i * BC, bc, Mn[i]);");
+        c.line("Mr[i] = Mn[i];");
+    });
 }
 
 /// The score chain over row `i` of a key block, in place (`srow`).
