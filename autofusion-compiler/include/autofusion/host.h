@@ -508,6 +508,9 @@ static inline __attribute__((always_inline, target("avx512f"))) void af_uk_avx51
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
     const float *a0 = AF_AROW(0), *a1 = AF_AROW(1), *a2 = AF_AROW(2), *a3 = AF_AROW(3);
     const float *a4 = AF_AROW(4), *a5 = AF_AROW(5), *a6 = AF_AROW(6), *a7 = AF_AROW(7);
+/* Four k-steps per loop trip: more B loads and broadcasts in flight ahead of the FMAs that wait
+ * on them (bert_embed at batch 1 on a Sapphire Rapids: fused/onnxruntime 0.87x -> 0.92-0.95x). */
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; ++k) {
         const __m512 b0 = af_b16(B, k * 32, bt), b1 = af_b16(B, k * 32 + 16, bt);
         const int64_t o = k * cs;
