@@ -502,21 +502,39 @@ impl Layer {
         let one = t0.elapsed().as_secs_f64();
         let k = ((budget_s / rounds as f64 / 3.0 / one) as usize).clamp(1, 2000);
         let (mut tf, mut t0v, mut to) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..rounds {
-            for (m, t) in [(&self.fused, &mut tf), (&self.opt0, &mut t0v)] {
+        // The sides take turns at going first, so none always runs right after the same one.
+        let mut warm_up = false;
+        for round in 0..rounds {
+            for side in (0..3).map(|i| (i + round) % 3) {
+                let (m, t) = match side {
+                    0 => (&self.fused, &mut tf),
+                    1 => (&self.opt0, &mut t0v),
+                    _ => {
+                        if let Some(ort) = self.ort.as_mut() {
+                            match ort.time(k) {
+                                Ok(v) => to.extend(v),
+                                Err(e) => println!("  onnxruntime failed: {e}"),
+                            }
+                            // Let onnxruntime's spinning workers go to sleep before our next run.
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            warm_up = true;
+                        }
+                        continue;
+                    }
+                };
+                if warm_up {
+                    // Untimed runs first: a core that has just slept runs slowly for a while.
+                    let w = Instant::now();
+                    while w.elapsed().as_secs_f64() < 0.02 {
+                        std::hint::black_box(m.run(&ins).unwrap());
+                    }
+                    warm_up = false;
+                }
                 for _ in 0..k {
                     let t0 = Instant::now();
                     std::hint::black_box(m.run(&ins).unwrap());
                     t.push(t0.elapsed().as_secs_f64() * 1e3);
                 }
-            }
-            if let Some(ort) = self.ort.as_mut() {
-                match ort.time(k) {
-                    Ok(v) => to.extend(v),
-                    Err(e) => println!("  onnxruntime failed: {e}"),
-                }
-                // Let onnxruntime's spinning workers go to sleep before our next round.
-                std::thread::sleep(std::time::Duration::from_millis(20));
             }
         }
         [median(&tf), median(&t0v), median(&to), ef, e0, eo]
