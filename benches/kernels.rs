@@ -755,6 +755,12 @@ fn main() {
             .map(|v| format!(" (AUTOFUSION_ISA={v})"))
             .unwrap_or_default()
     );
+    println!(
+        "cpu: {}; features: {}; matmul kernels: {}",
+        autofusion::machine::cpu_model(),
+        autofusion::machine::cpu_features_line(),
+        autofusion::machine::isa_level()
+    );
     let peak = fma_peak(a.quick);
     println!("fma peak: {peak:.1} GFLOP/s ({} threads)", threads());
     match micro_kernel(a.quick) {

@@ -18,7 +18,7 @@
 //! of each kernel of one layer's decode step at each context (launched one by one).
 //! Threads: `AUTOFUSION_THREADS`.
 
-use autofusion::machine::{cpu_model, isa_level, read_bandwidth};
+use autofusion::machine::{cpu_features_line, cpu_model, isa_level, read_bandwidth};
 use autofusion::session_bench::{decode_line, decode_tok_s, prefill_line, prefill_tok_s, warm};
 use autofusion::{Decoder, Module, Session, Tensor};
 use autofusion_compiler::{Options, Unit, Variant};
@@ -154,6 +154,7 @@ fn main() {
         SMOL.dh,
         SMOL.f
     );
+    println!("cpu features: {}", cpu_features_line());
     let w = Weights::new(max_len);
     let variants = [("fused", Graphs::new(3)), ("opt0", Graphs::new(0))];
     let decoders: Vec<Decoder> = variants.iter().map(|(_, g)| w.decoder(g)).collect();

@@ -18,7 +18,7 @@
 //! peers/export_bert_onnx.py when missing (it needs torch; without it onnxruntime is not run,
 //! and the bench says so). `PYTHON` picks the interpreter (default python3).
 
-use autofusion::machine::{cpu_model, isa_level};
+use autofusion::machine::{cpu_features_line, cpu_model, isa_level};
 use bert_embed::{Encoder, Exec, Padded};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -175,6 +175,7 @@ fn main() {
         cpu_model(),
         isa_level()
     );
+    println!("cpu features: {}", cpu_features_line());
     let fixture = workspace().join("tests/fixtures/bert_embed");
     let text = std::fs::read_to_string(fixture.join("sentences.txt")).expect("fixture sentences");
     let ten: Vec<&str> = text.lines().collect();

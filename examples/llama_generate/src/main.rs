@@ -11,7 +11,7 @@
 //! and 512, decode tokens/s with 0, 512 and 2048 tokens in the cache, fused against
 //! opt_level 0) for the checkpoint given, so the same file can be timed in other tools.
 
-use autofusion::machine::{cpu_model, isa_level, read_bandwidth};
+use autofusion::machine::{cpu_features_line, cpu_model, isa_level, read_bandwidth};
 use autofusion::session_bench::{decode_line, decode_tok_s, prefill_line, prefill_tok_s, warm};
 use autofusion::Session;
 use clap::Parser;
@@ -236,6 +236,7 @@ fn bench(args: &Args, model: &Model) -> AnyResult<()> {
         args.model.display(),
         c.describe()
     );
+    println!("cpu features: {}", cpu_features_line());
     let decoders = [model.decoder(Exec::Fused)?, model.decoder(Exec::Unfused)?];
     let mut sessions = decoders
         .iter()
