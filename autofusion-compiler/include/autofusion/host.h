@@ -241,26 +241,24 @@ static inline float af_vdot(const float *restrict a, const float *restrict b, in
         for (int i = 0; i < l; ++i) p[i] += p[i + l];
     return p[0];
 }
+/* o[c..c+w) += sum over j < m of p[j] * v[j * ldv + c..c+w), the w (<= 64) outputs held in
+ * registers across all m value rows; w is a literal at every call, so the loops vectorise. */
+static inline void af_vaxpy_chunk(float *restrict o, const float *restrict p, const float *restrict v,
+                                  int64_t ldv, int64_t m, int64_t c, int w) {
+    float acc[64];
+    for (int l = 0; l < w; ++l) acc[l] = o[c + l];
+    for (int64_t j = 0; j < m; ++j)
+        for (int l = 0; l < w; ++l) acc[l] += p[j] * v[j * ldv + c + l];
+    for (int l = 0; l < w; ++l) o[c + l] = acc[l];
+}
 /* o[0..n) += sum over j < m of p[j] * v[j * ldv + 0..n): a block of probabilities times its
- * value rows. The output is held in 64- then 16-lane chunks across all m rows (registers),
- * not loaded and stored once per value row. */
+ * value rows, in 64- then 16-lane chunks of the output (not loaded and stored once per value
+ * row). */
 static inline void af_vaxpy_rows(float *restrict o, const float *restrict p,
                                  const float *restrict v, int64_t ldv, int64_t m, int64_t n) {
     int64_t c = 0;
-    for (; c + 64 <= n; c += 64) {
-        float acc[64];
-        for (int l = 0; l < 64; ++l) acc[l] = o[c + l];
-        for (int64_t j = 0; j < m; ++j)
-            for (int l = 0; l < 64; ++l) acc[l] += p[j] * v[j * ldv + c + l];
-        for (int l = 0; l < 64; ++l) o[c + l] = acc[l];
-    }
-    for (; c + 16 <= n; c += 16) {
-        float acc[16];
-        for (int l = 0; l < 16; ++l) acc[l] = o[c + l];
-        for (int64_t j = 0; j < m; ++j)
-            for (int l = 0; l < 16; ++l) acc[l] += p[j] * v[j * ldv + c + l];
-        for (int l = 0; l < 16; ++l) o[c + l] = acc[l];
-    }
+    for (; c + 64 <= n; c += 64) af_vaxpy_chunk(o, p, v, ldv, m, c, 64);
+    for (; c + 16 <= n; c += 16) af_vaxpy_chunk(o, p, v, ldv, m, c, 16);
     /* the tail by lane, as af_vdot's: GCC's loop-bound check misfires on `for (; c < n; ++c)`
      * once n is a constant inlined from the kernel */
     for (int l = 0; l < n - c; ++l) {
