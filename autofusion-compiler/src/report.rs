@@ -26,7 +26,12 @@ pub fn summary(g: &Graph, plan: &Plan, files: &[String]) -> Vec<String> {
             "[INFO] Fused {ops} operators into {} kernels ({fused} of them fuse two or more operators; the others run one operator each).",
             plan.groups.len()
         ),
-        format!("[INFO] Generated fused operator code: {}", files.join(", ")),
+        if files.is_empty() {
+            // The ONNX command writes the kernel source only when asked (`--emit-dir`).
+            "[INFO] Generated fused operator code: kept in memory (not written to a file)".into()
+        } else {
+            format!("[INFO] Generated fused operator code: {}", files.join(", "))
+        },
     ]
 }
 

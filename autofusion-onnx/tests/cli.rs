@@ -173,6 +173,8 @@ fn torch_exported_layers_fuse_and_run_in_onnxruntime() {
         assert_eq!(code, 0, "{name}:\n{out}\n{err}");
         assert!(!out.contains("[WARN] Left as it is"), "{name}: an op was not imported:\n{out}");
         assert!(out.matches("[INFO] Fused_").count() >= 5, "{name}:\n{out}");
+        // No --emit-dir: the summary says where the code is rather than naming no file.
+        assert!(out.contains("code: kept in memory (not written to a file)"), "{name}:\n{out}");
         python(CHECK, &[&input, &output]);
     }
 }
