@@ -8,15 +8,35 @@ use autofusion_compiler::codegen::host::CFLAGS;
 use autofusion_compiler::codegen::{Source, Toolchain};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Write `code` to `dir/file` and the kernel headers under `dir/include`; returns the source
-/// path and the `-I` flag of the headers.
+/// `path` with a suffix unique to this process and call. Written there and renamed into
+/// place, a file is never seen half-written by another thread or process reading `path`:
+/// tests compiling the same graph on several threads at once raced here (one thread loading
+/// the library while another's compiler was still writing it: "file too short").
+fn aside(path: &Path) -> PathBuf {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".tmp{}-{}", std::process::id(), CALLS.fetch_add(1, Ordering::Relaxed)));
+    PathBuf::from(name)
+}
+
+/// Rename the file at `from` to `to`, replacing it.
+fn put_in_place(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::rename(from, to)
+        .map_err(|e| format!("cannot move {} to {}: {e}", from.display(), to.display()))
+}
+
+/// Write `code` to `dir/file` and the kernel headers under `dir/include` (each file whole, as
+/// `aside` says); returns the source path and the `-I` flag of the headers.
 fn write_source(dir: &Path, file: &str, code: &str) -> Result<(PathBuf, String), String> {
     let include = dir.join("include");
     autofusion_compiler::codegen::write_headers(&include)
         .map_err(|e| format!("cannot write the kernel headers into {}: {e}", include.display()))?;
     let path = dir.join(file);
-    std::fs::write(&path, code).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let tmp = aside(&path);
+    std::fs::write(&tmp, code).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    put_in_place(&tmp, &path)?;
     Ok((path, format!("-I{}", include.display())))
 }
 
@@ -61,11 +81,13 @@ pub fn host_library(
 ) -> Result<PathBuf, String> {
     let (c, include) = write_source(dir, &format!("{symbol}.c"), code)?;
     let so = dir.join(format!("{symbol}.so"));
+    let tmp = aside(&so);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let mut cmd = Command::new(&cc);
     cmd.args(CFLAGS).arg(include).args(["-O3", "-fPIC", "-shared", "-Wall", "-Werror"]).args(flags);
-    cmd.arg("-o").arg(&so).arg(&c).arg("-lm");
+    cmd.arg("-o").arg(&tmp).arg(&c).arg("-lm");
     run(&mut cmd, &cc, &c)?;
+    put_in_place(&tmp, &so)?;
     Ok(so)
 }
 
@@ -80,9 +102,11 @@ pub fn ascend_library(
 ) -> Result<PathBuf, String> {
     let (asc, include) = write_source(dir, &format!("{symbol}.asc"), code)?;
     let so = dir.join(format!("lib{symbol}_ascend.so"));
+    let tmp = aside(&so);
     let mut cmd = Command::new(&tk.bisheng);
     cmd.args(["-Wall", "-Werror"]).arg(include);
-    cmd.args(tk.shared_lib_args(std::slice::from_ref(&asc), &so, debug));
+    cmd.args(tk.shared_lib_args(std::slice::from_ref(&asc), &tmp, debug));
     run(&mut cmd, &tk.bisheng.display().to_string(), &asc)?;
+    put_in_place(&tmp, &so)?;
     Ok(so)
 }
