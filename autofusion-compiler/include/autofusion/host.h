@@ -64,16 +64,16 @@ static inline float af_round_f16(float x) {
     return x != x ? x : af_bits_f32(af_f32_bits(r) | sign);
 }
 static inline float af_round_bf16(float x) { return af_bf2f(af_f2bf(x)); }
-/* exp(x) without a library call, branch-free so loops over it vectorise: x = n ln2 + r with
- * |r| <= ln2/2, exp(r) by a degree-6 polynomial (Cephes expf coefficients, about 1 ulp),
- * 2^n assembled in the exponent bits. Underflows to 0 below -87.3, overflows to +inf above
- * 88.7, propagates NaN. */
 /* a * b + c rounded once. The kernels are built as ISO C (no contraction of a * b + c), so
  * the polynomials ask for it: one instruction on every CPU a clone of AF_CLONES picks from
  * x86-64-v3 up, and on aarch64; the baseline x86-64 clone calls libm's fmaf (correct, slow).
  * About a quarter off af_expf and a third off af_gelu in a vectorised loop on a Sapphire
  * Rapids, at the same or better error. */
 #define AF_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+/* exp(x) without a library call, branch-free so loops over it vectorise: x = n ln2 + r with
+ * |r| <= ln2/2, exp(r) by a degree-6 polynomial (Cephes expf coefficients, about 1 ulp),
+ * 2^n assembled in the exponent bits. Underflows to 0 below -87.3, overflows to +inf above
+ * 88.7, propagates NaN. */
 static inline float af_expf(float x) {
     float xc = x > 88.7228391116729996f ? 88.7228391116729996f : x;
     xc = xc < -87.3365447505531f ? -87.3365447505531f : xc;
@@ -370,9 +370,10 @@ typedef struct af_isa_info {
  * memory the first time a sliver is read, and the hardware prefetcher stops at every 4 KiB page.
  * The tile paths ask, the one-row (decode) paths do not: measured on a Sapphire Rapids,
  * bert_embed's short sentences (weight-bound, one thread) went 0.92x -> 1.27-1.30x of
- * onnxruntime, the 256-token ones and batches of 32 (B in cache) did not move, while a decode
- * step, already near the memory's bandwidth with the hardware's prefetch, lost 2% (and 3% more
- * asking past the call's rows: the sliver's next K block, read only after every other sliver). */
+ * onnxruntime, batches of 32 (B in cache) did not move, while a decode step, already near the
+ * memory's bandwidth with the hardware's prefetch, lost 2-7% with it in the one-row path in
+ * every variant tried (into L1 or L2, within the call's rows or past them). Past the call's
+ * rows is the sliver's next K block, read only after every other sliver: not asked for. */
 #define AF_PF_AHEAD 16
 static inline __attribute__((always_inline)) void af_prefetch_b(const void *B, int64_t k, int64_t kc, int64_t w, int bt) {
     if (k + AF_PF_AHEAD >= kc) return;
