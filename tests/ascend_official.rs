@@ -118,6 +118,14 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
             add(format!("random graph {seed} at opt_level {level}"), &unit);
         }
     }
+    // The decoder planned with launches priced dear: each RMSNorm (statistics included) in
+    // the projections that read it, staged by the vector cores.
+    let dear = Target { launch_us: 50.0, inline_below_elems: 0, ..Target::ascend910b() };
+    let opts = autofusion_compiler::Options { opt_level: 3, ..Default::default() };
+    let unit =
+        Unit::from_graph(decoder_graphs::decoder_layer(decoder_graphs::SMALL), opts).unwrap();
+    let built = unit.build(&Ascend::new(dear), Variant::Fused).unwrap();
+    files.entry(built.source.code).or_insert_with(|| "decoder_kv, launches priced dear".into());
     files
 }
 

@@ -20,10 +20,14 @@ use std::path::PathBuf;
 const T: usize = 24;
 
 fn module(level: u8) -> Module {
+    module_for(level, &Target::host())
+}
+
+fn module_for(level: u8, target: &Target) -> Module {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_cache");
     let opts = Options { opt_level: level, ..Options::default() };
     let unit = Unit::from_graph(decoder_layer(SMALL), opts).unwrap();
-    common::load(&unit, Variant::Fused, &Target::host(), &dir, &[]).unwrap()
+    common::load(&unit, Variant::Fused, target, &dir, &[]).unwrap()
 }
 
 /// Rows `from .. from + n` of the token embeddings `x` (`[len, d]`).
@@ -94,6 +98,45 @@ fn prefill_and_decode_steps_match_the_reference_at_every_opt_level() {
             assert!(tail.iter().all(|v| *v == 0.0), "{what}: rows past P + S untouched");
         }
         eprintln!("{what}: {} kernels, max |fused - reference| = {d:.1e}", m.meta().kernels.len());
+    }
+}
+
+/// With launches priced dear (a profile where every merge pays) the planner puts each RMSNorm,
+/// statistics included, into the projections that read it (duplicated into Q, K and V) and
+/// RoPE's rotation into one kernel per projection: those kernels match the reference too.
+#[test]
+fn norms_fused_into_the_projections_match_the_reference() {
+    use autofusion_compiler::ir::Op;
+    let z = SMALL;
+    let host = Target::host();
+    let target = Target {
+        launch_us: 50.0,
+        inline_below_elems: 0,
+        vector_flops_per_us: host.vector_flops_per_us * 100.0,
+        ..host
+    };
+    let opts = Options { opt_level: 3, ..Options::default() };
+    let unit = Unit::from_graph(decoder_layer(z), opts).unwrap();
+    let plan = &unit.variant(Variant::Fused, &target).plan;
+    let g = &unit.graph;
+    let with_norm = plan
+        .groups
+        .iter()
+        .filter(|grp| {
+            grp.nodes.iter().any(|m| g.node(*m).op == Op::MatMul)
+                && grp.nodes.iter().any(|m| matches!(g.node(*m).op, Op::Reduce { .. }))
+        })
+        .count();
+    assert!(with_norm >= 3, "Q, K and V (at least) compute their norm: {with_norm} kernels do");
+    let m = module_for(3, &target);
+    let x = Tensor::randn(&[12, z.d as usize], 1.0, 3);
+    let steps = [5, 1, 1, 3, 1, 1];
+    let (got, got_caches) = generate(&m, z, &x, &steps, false);
+    let (want, want_caches) = generate(&m, z, &x, &steps, true);
+    let d = max_diff(&got, &want);
+    assert!(d <= 1e-4, "outputs differ from the reference by {d}");
+    for (g, w) in got_caches.iter().zip(&want_caches) {
+        assert!(g.max_abs_diff(w).unwrap() <= 1e-5, "caches differ from the reference's");
     }
 }
 

@@ -157,6 +157,11 @@ pub fn canonicalize(g: &Graph) -> Graph {
 impl B {
     /// Add node `n` (its inputs already mapped to `ins`), expanding sugar into primitives.
     fn expand(&mut self, n: &Node, ins: Vec<NodeId>) -> NodeId {
+        if let Op::Concat { axis } = n.op {
+            if let Some(x) = self.rotated_half(axis, &ins) {
+                return self.add(Op::RotateHalf, vec![x], None, "");
+            }
+        }
         match &n.op {
             Op::Const { value } => self.konst(*value, n.dtype),
             Op::LayerNorm { eps } => self.layer_norm(ins[0], ins[1], ins[2], *eps, n.dtype),
@@ -261,20 +266,33 @@ impl B {
         self.add(Op::MatMul, vec![p, v], None, "")
     }
 
-    /// `rope(x, cos, sin)` as `x * cos + rotate_half(x) * sin`, the halves sliced and concatenated.
+    /// `x` when `concat(ins, axis)` is `rotate_half(x)` spelled out, as exporters write it:
+    /// `concat([-x[..., h:], x[..., :h]], -1)` with `2 h` the length of `x`'s last axis.
+    fn rotated_half(&self, axis: usize, ins: &[NodeId]) -> Option<NodeId> {
+        let node = |i: NodeId| &self.nodes[i.idx()];
+        let [neg, first] = ins else { return None };
+        let Op::Unary(UnaryOp::Neg) = node(*neg).op else { return None };
+        let second = node(*neg).inputs[0];
+        let (x, n) = (node(*first).inputs.first().copied()?, self.rank(*first));
+        let len = node(x).shape.get(axis)?.clone();
+        let h = len.div_const(2)?;
+        let is_slice = |s: NodeId, from: &DimExpr, to: &DimExpr| {
+            node(s).op == Op::Slice { axis, start: from.clone(), end: to.clone() }
+                && node(s).inputs == [x]
+        };
+        let zero = DimExpr::constant(0);
+        (axis + 1 == n
+            && h.mul(&DimExpr::constant(2)) == len
+            && is_slice(*first, &zero, &h)
+            && is_slice(second, &h, &len))
+        .then_some(x)
+    }
+
+    /// `rope(x, cos, sin)` as `x * cos + rotate_half(x) * sin` (`Op::RotateHalf`).
     fn rope(&mut self, x: NodeId, cos: NodeId, sin: NodeId) -> NodeId {
-        let r = self.rank(x);
-        let d = self.nodes[x.idx()].shape[r - 1].clone();
-        let h = d.div_const(2).unwrap();
-        let x1 = self.add(
-            Op::Slice { axis: r - 1, start: DimExpr::constant(0), end: h.clone() },
-            vec![x],
-            None,
-            "x1",
-        );
-        let x2 = self.add(Op::Slice { axis: r - 1, start: h, end: d }, vec![x], None, "x2");
-        let nx2 = self.un(UnaryOp::Neg, x2, "neg_x2");
-        let rot = self.add(Op::Concat { axis: r - 1 }, vec![nx2, x1], None, "rotated");
+        // x * cos + rotate_half(x) * sin: one rows kernel reads x twice (the second time at
+        // the partner column), where slices, a negation and a concat took three kernels.
+        let rot = self.add(Op::RotateHalf, vec![x], None, "rotated");
         let a = self.bin(BinaryOp::Mul, x, cos, "cos");
         let c = self.bin(BinaryOp::Mul, rot, sin, "sin");
         self.bin(BinaryOp::Add, a, c, "")

@@ -306,6 +306,11 @@ pub enum Op {
         axis: usize,
         start: DimExpr,
     },
+    /// The two halves of the last axis swapped, the new first half negated: element `j` of a
+    /// row of `n` is `-x[j + n/2]` below `n/2`, `x[j - n/2]` from it (Hugging Face's
+    /// `rotate_half`, the partner of every element in RoPE). A row op: it reads its operand
+    /// at another column, so a kernel reads that operand from memory.
+    RotateHalf,
     // ---- sugar, expanded by canon ----
     LayerNorm {
         eps: f64,
@@ -347,6 +352,7 @@ pub enum OpKind {
     Gather,
     Expand,
     CacheWrite,
+    RotateHalf,
     LayerNorm,
     RmsNorm,
     Softmax,
@@ -356,7 +362,7 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 24] = [
+    pub const ALL: [OpKind; 25] = [
         OpKind::Param,
         OpKind::Const,
         OpKind::Unary,
@@ -375,6 +381,7 @@ impl OpKind {
         OpKind::Gather,
         OpKind::Expand,
         OpKind::CacheWrite,
+        OpKind::RotateHalf,
         OpKind::LayerNorm,
         OpKind::RmsNorm,
         OpKind::Softmax,
@@ -402,6 +409,7 @@ impl OpKind {
             OpKind::Gather => "gather",
             OpKind::Expand => "expand",
             OpKind::CacheWrite => "cache_write",
+            OpKind::RotateHalf => "rotate_half",
             OpKind::LayerNorm => "layer_norm",
             OpKind::RmsNorm => "rms_norm",
             OpKind::Softmax => "softmax",
@@ -436,6 +444,7 @@ impl Op {
             Op::Gather { .. } => OpKind::Gather,
             Op::Expand { .. } => OpKind::Expand,
             Op::CacheWrite { .. } => OpKind::CacheWrite,
+            Op::RotateHalf => OpKind::RotateHalf,
             Op::LayerNorm { .. } => OpKind::LayerNorm,
             Op::RmsNorm { .. } => OpKind::RmsNorm,
             Op::Softmax { .. } => OpKind::Softmax,
@@ -732,6 +741,7 @@ pub fn infer(
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => infer_norm(op, ins),
         Op::Attention { mask, .. } => infer_attention(mask, ins),
         Op::Rope => infer_rope(ins),
+        Op::RotateHalf => infer_rotate_half(ins),
     }
 }
 
@@ -749,6 +759,7 @@ fn floats_only(op: &Op, ins: &[(&Shape, DType)]) -> Result<(), InferError> {
             | Op::RmsNorm { .. }
             | Op::Attention { .. }
             | Op::Rope
+            | Op::RotateHalf
             | Op::CausalMask
     );
     match ins.iter().position(|(_, d)| !d.is_float()) {
@@ -1096,12 +1107,7 @@ fn infer_attention(mask: &bool, ins: &[(&Shape, DType)]) -> Result<(Shape, DType
 fn infer_rope(ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
     let d = same_dtype(ins, "rope")?;
     let x = ins[0].0;
-    let last = x.last().cloned().unwrap_or(DimExpr::constant(0));
-    if last.div_const(2).map(|h| h.mul(&DimExpr::constant(2))) != Some(last.clone())
-        || last.as_const().is_some_and(|v| v % 2 != 0)
-    {
-        return Err(err(Some(0), format!("rope needs an even last axis, got {}", shape_str(x))));
-    }
+    even_last_axis("rope", x)?;
     for (i, (table, _)) in ins.iter().enumerate().skip(1) {
         if broadcast(x, table).as_ref() != Some(x) {
             return Err(err(
@@ -1111,6 +1117,23 @@ fn infer_rope(ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
         }
     }
     Ok((x.clone(), d))
+}
+
+/// `rotate_half` keeps its operand's shape and type; its last axis splits in two halves.
+fn infer_rotate_half(ins: &[(&Shape, DType)]) -> Result<(Shape, DType), InferError> {
+    even_last_axis("rotate_half", ins[0].0)?;
+    Ok((ins[0].0.clone(), ins[0].1))
+}
+
+/// `x`'s last axis has an even length (a dynamic one that halves exactly: `2 * (n / 2)`).
+fn even_last_axis(op: &str, x: &Shape) -> Result<(), InferError> {
+    let last = x.last().cloned().unwrap_or(DimExpr::constant(0));
+    if last.div_const(2).map(|h| h.mul(&DimExpr::constant(2))) != Some(last.clone())
+        || last.as_const().is_some_and(|v| v % 2 != 0)
+    {
+        return Err(err(Some(0), format!("{op} needs an even last axis, got {}", shape_str(x))));
+    }
+    Ok(())
 }
 
 /// How many inputs an op takes.
@@ -1147,6 +1170,7 @@ pub fn arity(op: &Op) -> Arity {
         | Op::Copy
         | Op::CausalMask
         | Op::CumSum { .. }
+        | Op::RotateHalf
         | Op::Expand { .. } => Arity::Exactly(1),
         Op::Where => Arity::Exactly(3),
         Op::Reduce { .. } | Op::Softmax { .. } => Arity::Exactly(1),

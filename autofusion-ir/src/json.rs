@@ -272,7 +272,8 @@ impl Json for Op {
             | Op::CausalMask
             | Op::Where
             | Op::Linear
-            | Op::Rope => None,
+            | Op::Rope
+            | Op::RotateHalf => None,
         };
         Value::Object(m)
     }
@@ -310,6 +311,7 @@ impl Json for Op {
             OpKind::CumSum => Op::CumSum { axis: get(v, "axis")?, exclusive: get(v, "exclusive")? },
             OpKind::Linear => Op::Linear,
             OpKind::Rope => Op::Rope,
+            OpKind::RotateHalf => Op::RotateHalf,
         })
     }
 }

@@ -145,6 +145,10 @@ fn values_of_all(g: &Graph, inputs: &[&Tensor], dims: &[i64]) -> Result<Vec<Opti
                 pointwise(&n.op, from, n.dtype, &shape, &ins)
             }
             Op::CumSum { exclusive, .. } => cumsum(ins[0], n.dtype, *exclusive),
+            Op::RotateHalf => rotate_half(ins[0]).map_err(|msg| Error::Dims {
+                graph: g.name.clone(),
+                msg: format!("rotate_half `{}`: {msg}", n.name),
+            })?,
             Op::Gather { axis } => {
                 gather(ins[0], ins[1], *axis, &shape).map_err(|(at, index)| Error::Index {
                     graph: g.name.clone(),
@@ -285,6 +289,21 @@ fn cumsum(a: &Arr, d: DType, exclusive: bool) -> Arr {
         }
     }
     Arr { shape: a.shape.clone(), data }
+}
+
+/// Each row's halves swapped, the new first half negated (`Op::RotateHalf`).
+fn rotate_half(a: &Arr) -> std::result::Result<Arr, String> {
+    let n = a.shape.last().copied().unwrap_or(1);
+    if n % 2 != 0 {
+        return Err(format!("the last axis ({n}) must be even"));
+    }
+    let h = n / 2;
+    let mut data = Vec::with_capacity(a.data.len());
+    for row in a.data.chunks(n.max(1)) {
+        data.extend(row[h..].iter().map(|x| -x));
+        data.extend_from_slice(&row[..h]);
+    }
+    Ok(Arr { shape: a.shape.clone(), data })
 }
 
 /// Slices of `data` along `axis` picked by `idx` (negative from the end); `Err((element,

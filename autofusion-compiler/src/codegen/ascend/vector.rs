@@ -41,8 +41,36 @@ pub(crate) enum Src {
     /// Constant along the row (column stride 0): one scalar read per row.
     Scalar { gm: String, off: String, d: DType },
     /// Any other stride: gathered element by element (scalar reads) into a slot; `off` is the
-    /// row's offset, `col0` the first column of the window.
-    Gather { gm: String, off: String, col0: String, stride: String, d: DType },
+    /// row's offset, `col0` the first column of the window. With `rotate: Some(h)` (a rows
+    /// kernel's `rotate_half` member, rows of `2 h`) column `c` reads the partner column half
+    /// a row away, negated below `h`.
+    Gather {
+        gm: String,
+        off: String,
+        col0: String,
+        stride: String,
+        d: DType,
+        rotate: Option<String>,
+    },
+}
+
+impl Src {
+    /// This source read as a `rotate_half` of rows of `2 h` (each element from the partner
+    /// column, through the scalar unit): the source of a rotate member.
+    pub(crate) fn rotated(self, h: &str) -> Src {
+        let rotate = Some(h.to_string());
+        match self {
+            Src::Row { gm, off, d } => {
+                Src::Gather { gm, off, col0: "0".into(), stride: "1".into(), d, rotate }
+            }
+            Src::Scalar { gm, off, d } => {
+                Src::Gather { gm, off, col0: "0".into(), stride: "0".into(), d, rotate }
+            }
+            Src::Gather { gm, off, col0, stride, d, .. } => {
+                Src::Gather { gm, off, col0, stride, d, rotate }
+            }
+        }
+    }
 }
 
 pub(crate) fn ascend_type(d: DType) -> &'static str {
@@ -631,7 +659,8 @@ impl Job<'_> {
         for &m in &self.nodes {
             if reds.contains(&m) {
                 self.reduce_step(m, &chunk.slots, out);
-            } else if need.contains(&m) {
+            } else if need.contains(&m) && !chunk.slots.contains_key(&m) {
+                // (A member with a slot already was read in: a rotate-half member's source.)
                 self.compute(ub, m, p, &mut chunk.slots, out);
             }
         }
@@ -663,14 +692,24 @@ impl Job<'_> {
                     });
                     chunk.dequeued.push((id, q, format!("{t}x{}", id.0), *d));
                 }
-                Src::Gather { gm, off, col0, stride, d } => {
+                Src::Gather { gm, off, col0, stride, d, rotate } => {
                     let sl = ub.slot();
-                    let cv = if in_f32_lanes(*d) {
-                        format!("{gm}.GetValue({off} + ({col0} + c0 + j) * ({stride}))")
-                    } else {
-                        format!("static_cast<float>({gm}.GetValue({off} + ({col0} + c0 + j) * ({stride})))")
+                    let col = format!("({col0} + c0 + j)");
+                    let at = match rotate {
+                        Some(h) => format!("({col} < {h} ? {col} + {h} : {col} - {h})"),
+                        None => col.clone(),
                     };
-                    let _ = writeln!(out, "for (int32_t j = 0; j < cn; ++j) {sl}.SetValue(j, {cv}); /* gather {} (strided view) */", g.node(id).name);
+                    let mut cv = if in_f32_lanes(*d) {
+                        format!("{gm}.GetValue({off} + {at} * ({stride}))")
+                    } else {
+                        format!("static_cast<float>({gm}.GetValue({off} + {at} * ({stride})))")
+                    };
+                    let mut what = "strided view";
+                    if let Some(h) = rotate {
+                        cv = format!("({col} < {h} ? -({cv}) : ({cv}))");
+                        what = "rotated half";
+                    }
+                    let _ = writeln!(out, "for (int32_t j = 0; j < cn; ++j) {sl}.SetValue(j, {cv}); /* gather {} ({what}) */", g.node(id).name);
                     chunk.slots.insert(id, sl);
                 }
                 Src::Scalar { .. } => {}
@@ -948,7 +987,26 @@ impl K<'_> {
                     _ => format!("ac{a}_s{}", sp.shape.len() - 1),
                 },
                 d,
+                rotate: None,
             },
+        }
+    }
+}
+
+/// The sources of the `rotate_half` members of `nodes` (rows of `2 h` along `sp`'s last
+/// axis), keyed by the member: each is read in like a source, its operand at the partner
+/// columns (`Src::rotated`).
+pub(crate) fn rotated_sources(
+    k: &mut K,
+    sp: &mut Space,
+    nodes: &[NodeId],
+    h: &str,
+    srcs: &mut BTreeMap<NodeId, Src>,
+) {
+    for &m in nodes {
+        if let Op::RotateHalf = k.em.g.node(m).op {
+            let s = k.src(sp, k.em.g.node(m).inputs[0], "0");
+            srcs.insert(m, s.rotated(h));
         }
     }
 }

@@ -212,6 +212,14 @@ pub(crate) fn member_def(
         let e = gather_c(em, sp, m, col);
         return format!("const {ty} {} = {e}; /* {} */", em.var(m), n.name);
     }
+    if let Op::RotateHalf = n.op {
+        return format!(
+            "const {ty} {} = {}; /* {} */",
+            em.var(m),
+            rotate_half_c(em, sp, m, col),
+            n.name
+        );
+    }
     let ops: Vec<String> =
         n.inputs.iter().map(|i| operand(em, sp, members, local, *i, col)).collect();
     let v = em.var(m);
@@ -242,6 +250,16 @@ pub(crate) fn gather_c(em: &Emitter, sp: &Space, m: NodeId, col: &str) -> String
         load(g.node(dv).dtype, &buf(dv), &format!("{table} + af_gidx({id}, {p}_n) * {p}_da"));
     let zero = c_const(0.0, n.dtype);
     format!("({p}_n > 0 ? {elem} : {zero})")
+}
+
+/// Rotate-half member `m` at column `col` of `sp` (whose rows are the rotated axis): its
+/// operand, read from memory (`rows::rotations_read_memory`), at the partner column half a
+/// row away, negated in the first half.
+pub(crate) fn rotate_half_c(em: &Emitter, sp: &Space, m: NodeId, col: &str) -> String {
+    let h = format!("(({}) / 2)", em.dim(sp.shape.last().expect("a rows space has an axis")));
+    let partner = format!("({col} < {h} ? {col} + {h} : {col} - {h})");
+    let x = em.read(sp, em.g.node(m).inputs[0], &partner);
+    format!("({col} < {h} ? -({x}) : ({x}))")
 }
 
 /// The declaration of the running sum of cumsum member `m`, before its column loop.

@@ -107,6 +107,7 @@ pub(crate) fn matmul_operand_a(k: &mut K, mp: &MatmulParts, cube: DType) -> Oper
         let s = k.src(&mut spa, i, "0");
         srcs.insert(i, s);
     }
+    rotated_sources(k, &mut spa, &mp.pro_nodes, "(K / 2)", &mut srcs);
     if mp.pro_nodes.is_empty() {
         let s = k.src(&mut spa, a_in, "0");
         srcs.insert(a_in, s);

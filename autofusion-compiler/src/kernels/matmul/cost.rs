@@ -2,7 +2,7 @@
 
 use crate::cost::*;
 use crate::dim::numel;
-use crate::ir::NodeId;
+use crate::ir::{NodeId, Op};
 use crate::target::OnChip;
 use crate::target::Target;
 use std::collections::BTreeSet;
@@ -54,6 +54,9 @@ pub(crate) struct MatMulTraffic {
     pub(crate) b_bytes: f64,
     pub(crate) epi_bytes: f64,
     pub(crate) pro_flops: f64,
+    /// The prologue's row statistics (its reductions and the values they read): the host
+    /// recomputes them for each K block of a row it packs.
+    pub(crate) stats_flops: f64,
     pub(crate) pro_trans: f64,
     pub(crate) epi_flops: f64,
     pub(crate) epi_trans: f64,
@@ -77,14 +80,16 @@ impl MatMulTraffic {
         let a_bytes: f64 = a_in.iter().map(|i| cx.bytes(*i)).sum();
         let b_bytes = cx.bytes(b_in);
         let epi_bytes: f64 = other.iter().map(|i| cx.bytes(*i)).sum();
-        let pro_flops: f64 =
-            pro.iter().map(|p| cx.n(&numel(&g.node(*p).shape)) * op_weight(&g.node(*p).op)).sum();
+        let flops_of = |p: &NodeId| cx.n(&numel(&g.node(*p).shape)) * op_weight(&g.node(*p).op);
+        let (stats_flops, stats) = statistics(kernel, &pro);
+        let pro_flops: f64 = pro.iter().filter(|p| !stats.contains(p)).map(flops_of).sum();
         let pro_trans: f64 = pro
             .iter()
             .filter(|p| transcendental(&g.node(**p).op))
             .map(|p| cx.n(&numel(&g.node(*p).shape)))
             .sum();
-        let epi_flops = kernel.vec_flops - pro_flops;
+        // (The kernel's vector work counts every member once, at its own shape.)
+        let epi_flops = kernel.vec_flops - pro.iter().map(flops_of).sum::<f64>();
         let epi_trans = kernel.trans - pro_trans;
         MatMulTraffic {
             pro,
@@ -94,11 +99,32 @@ impl MatMulTraffic {
             b_bytes,
             epi_bytes,
             pro_flops,
+            stats_flops,
             pro_trans,
             epi_flops,
             epi_trans,
         }
     }
+}
+
+/// The row statistics of prologue `pro` (its reductions and the members upstream of them) and
+/// their vector work, the reductions counted over their inputs.
+fn statistics(kernel: &Kernel, pro: &BTreeSet<NodeId>) -> (f64, BTreeSet<NodeId>) {
+    let (g, cx) = (kernel.g, &kernel.cx);
+    let mut need = BTreeSet::new();
+    let mut stack: Vec<NodeId> =
+        pro.iter().copied().filter(|m| matches!(g.node(*m).op, Op::Reduce { .. })).collect();
+    while let Some(x) = stack.pop() {
+        if pro.contains(&x) && need.insert(x) {
+            stack.extend(g.node(x).inputs.iter().copied());
+        }
+    }
+    let per = |m: &NodeId| {
+        let n = g.node(*m);
+        let w = if matches!(n.op, Op::Reduce { .. }) { 1.0 } else { op_weight(&n.op) };
+        cx.n(&numel(&crate::group::iter_shape(g, *m))) * w
+    };
+    (need.iter().map(per).sum(), need)
 }
 
 /// How the operands reach the micro-kernel: which packing copies the target's template skips.
@@ -227,7 +253,11 @@ pub(crate) fn matmul_tilings(
                 let (mt, nt) = ((m / mc).ceil().max(1.0), (nn / nc).ceil().max(1.0));
                 let (n_major, (a_hbm, a_llc), (b_hbm, b_llc)) = tile_order(cx, traffic, mt, nt);
                 let bytes = (a_hbm + b_hbm + traffic.epi_bytes + out_bytes, a_llc + b_llc);
-                let flops_v = traffic.pro_flops * nt + traffic.epi_flops;
+                // The host packs A per K block and recomputes a norm's statistics for each.
+                let k_blocks =
+                    if target.runtime_blocking.is_some() { (k / kc).ceil() } else { 1.0 };
+                let pro_v = traffic.pro_flops + traffic.stats_flops * k_blocks;
+                let flops_v = pro_v * nt + traffic.epi_flops;
                 let eff = (mc / (mc + 8.0)) * (nc / (nc + 16.0));
                 let tiles = batch * mt * nt;
                 let use_ = matmul_onchip(cx, target, (mc, nc, kc), traffic.other.len());

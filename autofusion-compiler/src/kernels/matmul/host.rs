@@ -287,10 +287,20 @@ pub(crate) fn pack_a(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>, 
                 c.line(format!("ap[k * MR] = {a_val};"));
             });
         } else {
+            // A norm's row statistics first (over the whole row), then its apply.
+            let stats = row_statistics(em, mp, members, c);
+            // The members A's value is computed from at each column (past the statistics).
+            let mut per_column = BTreeSet::new();
+            let mut stack = vec![mp.a_in];
+            while let Some(x) = stack.pop() {
+                if mp.prologue.contains(&x) && !stats.contains(&x) && per_column.insert(x) {
+                    stack.extend(em.g.node(x).inputs.iter().copied());
+                }
+            }
             // Compute the row contiguously (so it vectorises), then scatter it into the sliver.
             c.block("for (int64_t k = 0; k < klen; ++k)", |c| {
                 c.line("const int64_t c = k0 + k;");
-                for &m in members.iter().filter(|m| mp.prologue.contains(m)) {
+                for &m in members.iter().filter(|m| per_column.contains(m)) {
                     c.line(member_def(em, &mp.spa, members, &|x| Some(em.var(x)), m, "c"));
                 }
                 c.line(format!("Ar[k] = {a_val};"));
@@ -298,6 +308,75 @@ pub(crate) fn pack_a(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>, 
             c.line("for (int64_t k = 0; k < klen; ++k) ap[k * MR] = Ar[k];");
         }
     });
+}
+
+/// The row statistics of a prologue with reductions (a norm's mean and rstd) for the row of A
+/// being packed, over all K of its columns: per reduction loop of the rows schedule, the
+/// full-width values the loop's reductions read (recomputed, nothing is buffered) into lane
+/// partials, then the row values that become ready. Returns the members defined (the
+/// reductions and row values); the packing loop computes the full-width rest per column.
+/// Runs once per K block of the row (the pack does): the cost model counts K / KC passes.
+fn row_statistics(
+    em: &Emitter,
+    mp: &MatmulPart,
+    members: &BTreeSet<NodeId>,
+    c: &mut Code,
+) -> BTreeSet<NodeId> {
+    use crate::kernels::rows::host::is_max_reduce;
+    use crate::kernels::rows::host::{
+        accumulate, lane_loops, lane_partials, lane_tree, reduce_result,
+    };
+    let g = em.g;
+    let pro: Vec<NodeId> = members.iter().copied().filter(|m| mp.prologue.contains(m)).collect();
+    if !pro.iter().any(|m| matches!(g.node(*m).op, Op::Reduce { .. })) {
+        return BTreeSet::new();
+    }
+    let ph = crate::kernels::rows::RowPhases::of(g, &pro, &mp.spa.shape, []);
+    let local = |x: NodeId| Some(em.var(x));
+    let mut defined = BTreeSet::new();
+    let row_values = |lvl: usize, c: &mut Code, defined: &mut BTreeSet<NodeId>| {
+        for &m in pro.iter().filter(|m| ph.level.get(m) == Some(&lvl)) {
+            if matches!(g.node(m).op, Op::Reduce { .. }) {
+                c.line(reduce_result(em, m, "K"));
+            } else {
+                c.line(member_def(em, &mp.spa, members, &local, m, "0"));
+            }
+            defined.insert(m);
+        }
+    };
+    c.line("/* the row's statistics, over all of its K columns */");
+    row_values(0, c, &mut defined);
+    for p in 0..ph.n_loops {
+        let reds = ph.reductions_in(p);
+        if reds.is_empty() {
+            continue;
+        }
+        // The full-width members these reductions read, recomputed at each column.
+        let mut need = BTreeSet::new();
+        let mut stack: Vec<NodeId> = reds.iter().map(|r| g.node(*r).inputs[0]).collect();
+        while let Some(x) = stack.pop() {
+            if ph.phase.contains_key(&x) && mp.prologue.contains(&x) && need.insert(x) {
+                stack.extend(g.node(x).inputs.iter().copied());
+            }
+        }
+        let (mut lb, mut lt) = (Code::new(), Code::new());
+        for &m in pro.iter().filter(|m| need.contains(m)) {
+            let def = member_def(em, &mp.spa, members, &local, m, "c");
+            lb.line(def.clone());
+            lt.line(def);
+        }
+        for &r in &reds {
+            let x = operand(em, &mp.spa, members, &local, g.node(r).inputs[0], "c");
+            accumulate(g, r, &x, &mut lb, &mut lt);
+        }
+        lane_partials(g, &reds, c);
+        lane_loops(g, (p, "K"), &reds, &lb, &lt, c);
+        for &r in &reds {
+            c.line(format!("const float acc{} = {};", r.0, lane_tree(r, is_max_reduce(g, r))));
+        }
+        row_values(p + 1, c, &mut defined);
+    }
+    defined
 }
 
 /// The loop storing the tile of C, with the epilogue applied on the way.

@@ -56,6 +56,9 @@ pub(crate) fn check_part(
     crate::kernels::in_float_registers(g, members)?;
     let prologue = crate::group::prologue_of(g, anchor, |m| members.contains(m));
     crate::kernels::rows::row_ops_only(g, &prologue)?;
+    let pro: Vec<NodeId> = prologue.iter().copied().collect();
+    let a_shape = &g.node(g.node(anchor).inputs[0]).shape;
+    crate::kernels::rows::rotations_read_memory(g, &pro, a_shape, &prologue)?;
     let out = &g.node(anchor).shape;
     for m in members.iter().filter(|m| **m != anchor && !prologue.contains(m)) {
         let n = g.node(*m);

@@ -19,14 +19,17 @@ pub(crate) fn gen_rows(k: &mut K, grp: &Group) -> Work {
     let mut srcs = BTreeMap::new();
     let gathers = gathered(k, &grp.nodes);
     for i in ext_inputs(g, &grp.nodes, &members) {
-        // What only gathers read is addressed through their indices, not streamed.
-        let streamed =
-            g.users()[i.idx()].iter().any(|u| members.contains(u) && !gathers.contains_key(u));
+        // What only gathers read is addressed through their indices, and what only rotations
+        // read is read at their partner columns (`rotated_sources`): neither is streamed.
+        let streamed = g.users()[i.idx()].iter().any(|u| {
+            members.contains(u) && !gathers.contains_key(u) && g.node(*u).op != Op::RotateHalf
+        });
         if streamed {
             let s = k.src(&mut sp, i, "0");
             srcs.insert(i, s);
         }
     }
+    rotated_sources(k, &mut sp, &grp.nodes, "(N / 2)", &mut srcs);
     let r = space.len();
     let outs = grp
         .outputs

@@ -77,15 +77,8 @@ pub(crate) fn row_values(em: &Emitter, rl: &RowLoop, lvl: usize, c: &mut Code) {
             continue;
         }
         let n = g.node(m);
-        if let Op::Reduce { kind, .. } = n.op {
-            let e = round_to(
-                n.dtype,
-                match kind {
-                    ReduceKind::Mean => format!("acc{} / (float)N", m.0),
-                    _ => format!("acc{}", m.0),
-                },
-            );
-            c.line(format!("const float {} = {e}; /* {} */", em.var(m), n.name));
+        if let Op::Reduce { .. } = n.op {
+            c.line(reduce_result(em, m, "N"));
         } else {
             c.line(member_def(em, &rl.sp, &rl.members, &|x| Some(em.var(x)), m, "0"));
         }
@@ -95,20 +88,24 @@ pub(crate) fn row_values(em: &Emitter, rl: &RowLoop, lvl: usize, c: &mut Code) {
     }
 }
 
+/// The value of reduction member `m` once its partials are joined (`acc<m>`) over `cols`
+/// columns.
+pub(crate) fn reduce_result(em: &Emitter, m: NodeId, cols: &str) -> String {
+    let n = em.g.node(m);
+    let e = match n.op {
+        Op::Reduce { kind: ReduceKind::Mean, .. } => format!("acc{} / (float){cols}", m.0),
+        _ => format!("acc{}", m.0),
+    };
+    format!("const float {} = {}; /* {} */", em.var(m), round_to(n.dtype, e), n.name)
+}
+
 /// Column loop `p` of a row: the lane partials of its reductions, the loop over the columns,
 /// and the joined reduction results.
 pub(crate) fn column_loop(em: &Emitter, rl: &RowLoop, p: usize, c: &mut Code) {
     let g = em.g;
     let reds: Vec<NodeId> =
         rl.s.reduce_loop.iter().filter(|(_, lp)| **lp == p).map(|(m, _)| *m).collect();
-    for &m in &reds {
-        let init = if is_max_reduce(g, m) { "(-INFINITY)" } else { "0.0f" };
-        c.line(format!(
-            "float accv{0}[{RED_LANES}] = {{{1}}};",
-            m.0,
-            vec![init; RED_LANES].join(", ")
-        ));
-    }
+    lane_partials(g, &reds, c);
     for (&m, _) in rl.s.phase.iter().filter(|(_, lp)| **lp == p) {
         if let Some(init) = cumsum_init(g, m) {
             c.line(init);
@@ -125,7 +122,7 @@ pub(crate) fn column_loop(em: &Emitter, rl: &RowLoop, p: usize, c: &mut Code) {
             });
         });
     } else {
-        lane_loops(g, p, &reds, &lb, &lt, c);
+        lane_loops(g, (p, "N"), &reds, &lb, &lt, c);
         for &m in &reds {
             c.line(format!("const float acc{} = {};", m.0, lane_tree(m, is_max_reduce(g, m))));
         }
@@ -150,15 +147,7 @@ pub(crate) fn column_bodies(em: &Emitter, rl: &RowLoop, p: usize) -> (Code, Code
         };
         if rl.s.reduce_loop.get(&m) == Some(&p) {
             let x = operand(em, &rl.sp, &rl.members, &local, n.inputs[0], "c");
-            if is_max_reduce(g, m) {
-                // Maxima go through a lane buffer and a separate max loop: GCC 12 does not
-                // vectorise a conditional update of scalarised partials (~3x slower).
-                lb.line(format!("tv{}[l] = {x}; /* {} */", m.0, n.name));
-                lt.line(format!("{{ const float xv = {x}; accv{0}[l] = xv > accv{0}[l] ? xv : accv{0}[l]; }} /* {1} */", m.0, n.name));
-            } else {
-                lb.line(format!("accv{}[l] += {x}; /* {} */", m.0, n.name));
-                lt.line(format!("accv{}[l] += {x}; /* {} */", m.0, n.name));
-            }
+            accumulate(g, m, &x, &mut lb, &mut lt);
         } else if rl.s.phase.get(&m) == Some(&p) {
             let mut op = Code::new();
             op.line(member_def(em, &rl.sp, &rl.members, &local, m, "c"));
@@ -175,12 +164,46 @@ pub(crate) fn column_bodies(em: &Emitter, rl: &RowLoop, p: usize) -> (Code, Code
     (lb, lt)
 }
 
-/// The lane loop over whole groups of RED_LANES columns (body `lb`), then the remaining
-/// columns one by one (body `lt`).
-pub(crate) fn lane_loops(g: &Graph, p: usize, reds: &[NodeId], lb: &Code, lt: &Code, c: &mut Code) {
+/// Reduction member `m` taking `x` at column `c` into lane `l` of its partials: the line of
+/// the lane loop's body (`lb`) and of the tail's (`lt`).
+pub(crate) fn accumulate(g: &Graph, m: NodeId, x: &str, lb: &mut Code, lt: &mut Code) {
+    let name = &g.node(m).name;
+    if is_max_reduce(g, m) {
+        // Maxima go through a lane buffer and a separate max loop: GCC 12 does not
+        // vectorise a conditional update of scalarised partials (~3x slower).
+        lb.line(format!("tv{}[l] = {x}; /* {name} */", m.0));
+        lt.line(format!("{{ const float xv = {x}; accv{0}[l] = xv > accv{0}[l] ? xv : accv{0}[l]; }} /* {name} */", m.0));
+    } else {
+        lb.line(format!("accv{}[l] += {x}; /* {name} */", m.0));
+        lt.line(format!("accv{}[l] += {x}; /* {name} */", m.0));
+    }
+}
+
+/// The lane partials of reductions `reds`, before their loop.
+pub(crate) fn lane_partials(g: &Graph, reds: &[NodeId], c: &mut Code) {
+    for &m in reds {
+        let init = if is_max_reduce(g, m) { "(-INFINITY)" } else { "0.0f" };
+        c.line(format!(
+            "float accv{0}[{RED_LANES}] = {{{1}}};",
+            m.0,
+            vec![init; RED_LANES].join(", ")
+        ));
+    }
+}
+
+/// The lane loop over whole groups of RED_LANES of the `cols` columns (body `lb`), then the
+/// remaining columns one by one (body `lt`).
+pub(crate) fn lane_loops(
+    g: &Graph,
+    (p, cols): (usize, &str),
+    reds: &[NodeId],
+    lb: &Code,
+    lt: &Code,
+    c: &mut Code,
+) {
     c.line(format!("int64_t cb{p} = 0;"));
     let maxes: Vec<NodeId> = reds.iter().copied().filter(|m| is_max_reduce(g, *m)).collect();
-    c.block(format!("for (; cb{p} + {RED_LANES} <= N; cb{p} += {RED_LANES})"), |c| {
+    c.block(format!("for (; cb{p} + {RED_LANES} <= {cols}; cb{p} += {RED_LANES})"), |c| {
         for m in &maxes {
             c.line(format!("float tv{}[{RED_LANES}];", m.0));
         }
@@ -192,7 +215,7 @@ pub(crate) fn lane_loops(g: &Graph, p: usize, reds: &[NodeId], lb: &Code, lt: &C
             c.line(format!("for (int64_t l = 0; l < {RED_LANES}; ++l) accv{0}[l] = tv{0}[l] > accv{0}[l] ? tv{0}[l] : accv{0}[l];", m.0));
         }
     });
-    c.block_noted(&format!("for (int64_t l = 0; cb{p} + l < N; ++l)"), "tail", |c| {
+    c.block_noted(&format!("for (int64_t l = 0; cb{p} + l < {cols}; ++l)"), "tail", |c| {
         c.block("", |c| {
             c.line(format!("const int64_t c = cb{p} + l;"));
             c.append(lt);

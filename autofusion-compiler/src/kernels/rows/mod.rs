@@ -143,6 +143,7 @@ impl KernelKind for Rows {
             "members iterate over different shapes (a rows kernel has one space)".to_string()
         })?;
         scans_span_the_row(g, &nodes, &space)?;
+        rotations_read_memory(g, &nodes, &space, members)?;
         gathers_read_memory(g, &nodes, members)?;
         integers_stay_in_their_loop(g, &nodes, &space, members)
     }
@@ -174,6 +175,37 @@ fn gathers_read_memory(
                     g.node(*i).name
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// A half rotation reads its operand at the partner column, half a row away: both generators
+/// address that column in memory (a value computed in the same kernel exists only at the
+/// column being computed), and the rotated axis is the whole row of the space.
+pub(crate) fn rotations_read_memory(
+    g: &Graph,
+    nodes: &[NodeId],
+    space: &Shape,
+    members: &BTreeSet<NodeId>,
+) -> Result<(), String> {
+    for &m in nodes {
+        let n = g.node(m);
+        if !matches!(n.op, Op::RotateHalf) {
+            continue;
+        }
+        if iter_shape(g, m) != *space {
+            return Err(format!(
+                "rotate_half `{}` does not run along the rows of the kernel's space",
+                n.name
+            ));
+        }
+        if members.contains(&n.inputs[0]) {
+            return Err(format!(
+                "rotate_half `{}` reads `{}`, computed in the same kernel",
+                n.name,
+                g.node(n.inputs[0]).name
+            ));
         }
     }
     Ok(())
@@ -223,7 +255,7 @@ pub(crate) fn row_ops_only(g: &Graph, members: &BTreeSet<NodeId>) -> Result<(), 
             Op::Reduce { axis, .. } | Op::CumSum { axis, .. } => {
                 axis + 1 == g.node(n.inputs[0]).shape.len()
             }
-            Op::Gather { .. } => true,
+            Op::Gather { .. } | Op::RotateHalf => true,
             ref op => op.is_elementwise(),
         };
         if !ok {

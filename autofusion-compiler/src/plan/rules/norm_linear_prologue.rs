@@ -1,11 +1,13 @@
-//! `norm_linear_prologue`: elementwise ops producing a matmul's A operand (a norm's apply:
-//! `(x - mean) * rstd * g + b`) run while A is packed, in the matmul's kernel; the row
-//! statistics stay upstream. When several matmuls read the same normalised rows (Q, K and V),
-//! the prologue is duplicated into each of them (one move over all the consumers).
+//! `norm_linear_prologue`: the ops producing a matmul's A operand (a whole RMSNorm or
+//! LayerNorm: its row statistics over A's last axis, then the apply `(x - mean) * rstd * g + b`)
+//! run in the matmul's kernel, the statistics of each row computed before the row is packed
+//! and the apply while it is packed. When several matmuls read the same normalised rows (Q, K
+//! and V; gate and up), the prologue is duplicated into each of them (one move over all the
+//! consumers); the cost model prices the statistics recomputed per kernel and per tile.
 
 use super::{FusionRule, Rule};
 use crate::group::{base_of, GroupKind};
-use crate::ir::NodeId;
+use crate::ir::{NodeId, Op};
 use crate::plan::planner::{Move, Planner};
 use crate::plan::{Candidate, Reason};
 use std::collections::BTreeSet;
@@ -45,16 +47,27 @@ impl FusionRule for NormLinearPrologue {
 /// the consumers it would be duplicated into?
 fn check_prologue(p: &Planner, a: usize, c: usize, all: &[usize]) -> Result<(), (Reason, String)> {
     let (wa, wc) = (p.w(a), p.w(c));
-    if p.has_reduce(wa) {
-        return Err((
-            Reason::ReductionNotAllowed,
-            "a prologue holds no reduction (statistics stay upstream)".into(),
-        ));
-    }
     let anchor = wc.anchor.unwrap();
     let a_shape = &p.g.node(p.g.node(anchor).inputs[0]).shape;
-    if wa.members.iter().any(|m| p.g.node(*m).shape != *a_shape) {
-        return Err((Reason::SpaceMismatch, "prologue ops must have the A operand's shape".into()));
+    let mut row = a_shape.clone();
+    if let Some(last) = row.last_mut() {
+        *last = crate::dim::DimExpr::constant(1);
+    }
+    for m in &wa.members {
+        let n = p.g.node(*m);
+        if let Op::Reduce { axis, .. } = n.op {
+            if axis + 1 != a_shape.len() || crate::group::iter_shape(p.g, *m) != *a_shape {
+                return Err((
+                    Reason::ReductionNotAllowed,
+                    format!("{m} does not reduce the rows of the A operand"),
+                ));
+            }
+        } else if n.shape != *a_shape && n.shape != row {
+            return Err((
+                Reason::SpaceMismatch,
+                "prologue ops have the A operand's shape or one value per row of it".into(),
+            ));
+        }
     }
     let prologue = p.ancestors_in(wc, anchor);
     let others: BTreeSet<NodeId> =
@@ -96,7 +109,7 @@ fn check_prologue(p: &Planner, a: usize, c: usize, all: &[usize]) -> Result<(), 
 /// Elementwise group `a` duplicated into every matmul that reads it as its A operand.
 fn dup_targets(p: &Planner, a: usize) -> Option<Vec<usize>> {
     let wa = p.w(a);
-    if wa.kind != GroupKind::Elementwise || p.has_reduce(wa) {
+    if wa.kind != GroupKind::Elementwise {
         return None;
     }
     let mut cs = BTreeSet::new();
