@@ -276,7 +276,16 @@ impl<'a> Kernel<'a> {
     ) -> Kernel<'a> {
         let cx = Ctx { g, t: target, est };
         let (ins, outs) = boundary(g, members, users, &[]);
-        let out_bytes: f64 = outs.iter().map(|o| cx.bytes(*o)).sum();
+        // A cache write moves only its new rows: its cache is neither read nor written whole.
+        let ins: Vec<NodeId> = ins
+            .into_iter()
+            .filter(|i| !crate::kernels::cache_write::only_written(g, members, *i))
+            .collect();
+        let moved = |o: &NodeId| match g.node(*o).op {
+            Op::CacheWrite { .. } => g.node(*o).inputs[1],
+            _ => *o,
+        };
+        let out_bytes: f64 = outs.iter().map(|o| cx.bytes(moved(o))).sum();
         let vec_flops: f64 = members
             .iter()
             .filter(|m| !matches!(g.node(**m).op, Op::MatMul))

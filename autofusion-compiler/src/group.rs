@@ -212,6 +212,8 @@ pub fn iter_shape(g: &Graph, id: NodeId) -> Shape {
     let n = g.node(id);
     let s = match n.op {
         Op::Reduce { .. } => g.node(n.inputs[0]).shape.clone(),
+        // A cache write walks its new rows, not the whole cache.
+        Op::CacheWrite { .. } => g.node(n.inputs[1]).shape.clone(),
         _ => n.shape.clone(),
     };
     if s.is_empty() {

@@ -502,6 +502,10 @@ impl<'a> Planner<'a> {
                 wb.kind = wa.kind;
                 wb.anchor = wa.anchor;
             }
+            // A cache write taken by the rows kernel computing its rows (`layout_store`).
+            if wb.kind == GroupKind::CacheWrite && wa.kind == GroupKind::Elementwise {
+                wb.kind = GroupKind::Elementwise;
+            }
             wb.version += 1;
         }
     }

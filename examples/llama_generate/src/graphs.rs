@@ -25,8 +25,24 @@ pub fn llama_embed(
 /// (causal, aligned to the bottom-right corner), the output projection, RMSNorm and a SwiGLU
 /// MLP, each with its residual. The caches are `[KVH, 1, T, DH]`: the `1` broadcasts each KV
 /// head over its G query heads with no copy.
+///
+/// Every rule, and `qkv_horizontal` too: the Q, K and V projections read the same normalised
+/// rows, and one launch for the three paid 2-4% at ctx 0 in decode on Sapphire Rapids (two
+/// paired `--bench` runs, prefill and longer contexts unchanged); the Ascend backend plans
+/// without it.
 #[fused_graph(
     opt_level = 3,
+    rules = [
+        elementwise_chain,
+        reduce_epilogue,
+        add_norm,
+        linear_epilogue,
+        norm_linear_prologue,
+        flash_attention,
+        layout_store,
+        qkv_horizontal,
+        pipeline
+    ],
     hints(S = 1, T = 2048, R = 2048, P = 512, D = 576, KVH = 3, G = 3, DH = 64, F = 1536)
 )]
 pub fn llama_layer(

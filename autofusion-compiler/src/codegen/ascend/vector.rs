@@ -811,6 +811,15 @@ impl Job<'_> {
                 }
             },
             Op::CausalMask => self.causal_mask(&dst, &ops[0], out),
+            // The new row (input 1), stored at its cache row (the job's `outs`).
+            Op::CacheWrite { .. } => match &ops[1] {
+                V::T(x) => {
+                    let _ = writeln!(out, "AscendC::Adds({dst}, {x}, 0.0f, cn);");
+                }
+                V::S(s) => {
+                    let _ = writeln!(out, "AscendC::Duplicate({dst}, (float)({s}), cn);");
+                }
+            },
             op => unreachable!("{} in a rows job", op.name()),
         }
         round_seq(out, n.dtype, &dst, "cn");

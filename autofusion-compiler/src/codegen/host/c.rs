@@ -212,6 +212,11 @@ pub(crate) fn member_def(
         let e = gather_c(em, sp, m, col);
         return format!("const {ty} {} = {e}; /* {} */", em.var(m), n.name);
     }
+    if let Op::CacheWrite { .. } = n.op {
+        // The new row's value, stored at the cache row (`rows::host::store_at`).
+        let v = operand(em, sp, members, local, n.inputs[1], col);
+        return format!("const {ty} {} = {v}; /* {} */", em.var(m), n.name);
+    }
     if let Op::RotateHalf = n.op {
         return format!(
             "const {ty} {} = {}; /* {} */",
@@ -292,7 +297,8 @@ pub(crate) fn access_operands(
             continue;
         }
         for &i in &g.node(m).inputs {
-            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) {
+            let cache = crate::kernels::cache_write::only_written(g, members, i);
+            if !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) && !cache {
                 em.access(sp, i);
             }
         }

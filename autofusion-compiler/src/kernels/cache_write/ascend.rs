@@ -21,25 +21,19 @@ pub(crate) fn gen_cache_write(k: &mut K, grp: &Group) -> Result<Work, String> {
     let dtype = g.node(w.id).dtype;
     let _ = writeln!(
         k.setup,
-        "const int64_t R = {}, N = {}, P0 = {};",
+        "const int64_t R = {}, N = {};",
         k.em.dim(&crate::dim::numel(&w.space[..rank - 1])),
         k.em.dim(&w.space[rank - 1]),
-        k.em.dim(&w.start)
     );
-    let mut terms = Vec::new();
-    for d in 0..rank - 1 {
-        let shift = if d == w.axis { " + P0" } else { "" };
-        terms.push(format!("(x_i{d}{shift}) * ({})", k.em.dim(&w.cache_stride(g, d))));
-    }
-    if w.axis == rank - 1 {
-        terms.push("P0".into());
-    }
-    let orow = if terms.is_empty() { "0".to_string() } else { terms.join(" + ") };
+    let orow = w.cache_row(g, &|d| k.em.dim(d));
     let q = k.ub.queue("wq".into(), dtype, true);
     let c = &mut k.body;
     c.open("for (int64_t r = aiv; r < R; r += naiv)");
     row_offsets(&k.em, &sp, "r", c);
-    let _ = writeln!(c, "const int64_t orow = {orow}; /* the cache row: the axis moved by P0 */");
+    let _ = writeln!(
+        c,
+        "const int64_t orow = {orow}; /* the cache row: the axis moved by the start */"
+    );
     c.block_noted("for (int64_t c0 = 0; c0 < N; c0 += CH)", "one chunk of the row", |c| {
         copy_chunk(c, &q, dtype, &src, "", (&ob, "orow"), "N");
     });

@@ -27,29 +27,17 @@ pub(crate) fn gen_cache_write(em: &mut Emitter, grp: &Group, body: &mut Code) ->
     let (ob, cache_in) = (em.buf[&w.id], em.buf[&w.cache]);
     body.line(format!("(void)in{cache_in}; /* the cache, written in place through out{ob} */"));
     body.line(format!(
-        "const int64_t R = {}, N = {}, P0 = {};",
+        "const int64_t R = {}, N = {};",
         em.dim(&crate::dim::numel(&w.space[..rank - 1])),
         em.dim(&w.space[rank - 1]),
-        em.dim(&w.start)
     ));
     body.line(
         "const int64_t r0 = block * t->rows_per_block, r1 = af_min64(R, r0 + t->rows_per_block);",
     );
     body.block("for (int64_t r = r0; r < r1; ++r)", |c| {
         em.row_prologue(&sp, "r", c);
-        // The cache row: the same indices, the write's axis moved by P0.
-        let mut terms = Vec::new();
-        for d in 0..rank - 1 {
-            let shift = if d == w.axis { " + P0" } else { "" };
-            terms.push(format!("(x_i{d}{shift}) * ({})", em.dim(&w.cache_stride(g, d))));
-        }
-        if w.axis == rank - 1 {
-            terms.push("P0".into());
-        }
-        c.line(format!(
-            "const int64_t orow = {};",
-            if terms.is_empty() { "0".into() } else { terms.join(" + ") }
-        ));
+        // The cache row: the same indices, the write's axis moved by the start.
+        c.line(format!("const int64_t orow = {};", w.cache_row(g, &|d| em.dim(d))));
         let src = format!("in{}", em.buf[&resolve(g, w.new).base]);
         let v = load(g.node(w.new).dtype, &src, &format!("ac{a}_row + c * ac{a}_s{}", rank - 1));
         c.block("for (int64_t c = 0; c < N; ++c)", |c| {

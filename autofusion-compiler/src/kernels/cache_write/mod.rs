@@ -48,6 +48,17 @@ impl KernelKind for CacheWrite {
     }
 }
 
+/// Whether `v` is read by members of `members` only as the cache a cache write writes (its
+/// input 0): the kernel then neither reads it nor addresses it in its space.
+pub(crate) fn only_written(g: &Graph, members: &BTreeSet<NodeId>, v: NodeId) -> bool {
+    let mut readers = members.iter().filter(|m| g.node(**m).inputs.contains(&v)).peekable();
+    readers.peek().is_some()
+        && readers.all(|m| {
+            let n = g.node(*m);
+            matches!(n.op, Op::CacheWrite { .. }) && n.inputs[0] == v && n.inputs[1] != v
+        })
+}
+
 /// What both generators need of a cache write: the write's node, its cache and new rows, the
 /// axis and start, and the new rows' shape (the space the kernel walks).
 pub(crate) struct Write {
@@ -61,7 +72,10 @@ pub(crate) struct Write {
 
 impl Write {
     pub(crate) fn of(g: &Graph, grp: &Group) -> Result<Write, String> {
-        let id = grp.nodes[0];
+        Write::at(g, grp.nodes[0])
+    }
+    /// The cache write at node `id`.
+    pub(crate) fn at(g: &Graph, id: NodeId) -> Result<Write, String> {
         let n = g.node(id);
         let Op::CacheWrite { axis, start } = &n.op else {
             return Err(format!("cache-write kernel of `{}` ({})", n.name, n.op.name()));
@@ -73,6 +87,26 @@ impl Write {
     /// The elements of the cache (contiguous) between consecutive indices of axis `d`.
     pub(crate) fn cache_stride(&self, g: &Graph, d: usize) -> DimExpr {
         numel(&g.node(self.cache).shape[d + 1..])
+    }
+    /// The C expression of the cache element where a row of the new values goes: the row's
+    /// indices (`x_i<d>`, from the row prologue of a space tagged `x` over the new values)
+    /// with the write's axis moved by the start.
+    pub(crate) fn cache_row(&self, g: &Graph, dim: &dyn Fn(&DimExpr) -> String) -> String {
+        let rank = self.space.len();
+        let p0 = dim(&self.start);
+        let mut terms = Vec::new();
+        for d in 0..rank - 1 {
+            let shift = if d == self.axis { format!(" + ({p0})") } else { String::new() };
+            terms.push(format!("(x_i{d}{shift}) * ({})", dim(&self.cache_stride(g, d))));
+        }
+        if self.axis == rank - 1 {
+            terms.push(format!("({p0})"));
+        }
+        if terms.is_empty() {
+            "0".into()
+        } else {
+            terms.join(" + ")
+        }
     }
     /// The rows of the new values and their length.
     pub(crate) fn work(&self) -> Work {

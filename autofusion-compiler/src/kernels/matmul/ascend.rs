@@ -120,8 +120,13 @@ pub(crate) fn matmul_operand_a(k: &mut K, mp: &MatmulParts, cube: DType) -> Oper
         nodes: mp.pro_nodes.clone(),
         srcs,
         outs: vec![(a_in, "wa".into(), "ra * K".into(), cube)],
-        row_i: "0".into(),
-        causal_shift: "0".into(),
+        // A prologue may hold a causal mask (a softmax before P V): the row's index in its
+        // last two axes, as in a rows kernel.
+        row_i: match spa.shape.len() {
+            r if r >= 2 => format!("a_i{}", r - 2),
+            _ => "0".into(),
+        },
+        causal_shift: causal_shift(&k.em, &mp.pro_nodes),
         col0: "0".into(),
         ncols: "K".into(),
         tag: "a".into(),

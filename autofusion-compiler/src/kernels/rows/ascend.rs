@@ -19,6 +19,9 @@ pub(crate) fn gen_rows(k: &mut K, grp: &Group) -> Work {
     let mut srcs = BTreeMap::new();
     let gathers = gathered(k, &grp.nodes);
     for i in ext_inputs(g, &grp.nodes, &members) {
+        if crate::kernels::cache_write::only_written(g, &members, i) {
+            continue; // written in place through the cache write's output
+        }
         // What only gathers read is addressed through their indices, and what only rotations
         // read is read at their partner columns (`rotated_sources`): neither is streamed.
         let streamed = g.users()[i.idx()].iter().any(|u| {
@@ -35,12 +38,13 @@ pub(crate) fn gen_rows(k: &mut K, grp: &Group) -> Work {
         .outputs
         .iter()
         .map(|o| {
-            (
-                *o,
-                k.gm(k.em.buf[o]),
-                if space_is_row(g, *o, &space) { "r".to_string() } else { "r * N".to_string() },
-                g.node(*o).dtype,
-            )
+            let at = match crate::kernels::cache_write::Write::at(g, *o) {
+                // A cache write stores the row at its cache row (the axis moved by the start).
+                Ok(w) => w.cache_row(g, &|d| k.em.dim(d)),
+                Err(_) if space_is_row(g, *o, &space) => "r".to_string(),
+                Err(_) => "r * N".to_string(),
+            };
+            (*o, k.gm(k.em.buf[o]), at, g.node(*o).dtype)
         })
         .collect();
     let row_i = if r >= 2 { format!("x_i{}", r - 2) } else { "0".into() };

@@ -53,8 +53,16 @@ pub(crate) fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
             g.node(*m).name
         ));
     }
+    for m in rl.nodes.iter().filter(|m| matches!(g.node(**m).op, Op::CacheWrite { .. })) {
+        let cache = em.buf[&g.node(*m).inputs[0]];
+        body.line(format!(
+            "(void)in{cache}; /* the cache, written in place through out{} */",
+            em.buf[m]
+        ));
+    }
     body.block("for (int64_t r = r0; r < r1; ++r)", |c| {
         em.row_prologue(&rl.sp, "r", c);
+        cache_rows(em, &rl, c);
         for p in 0..rl.s.n_loops {
             row_values(em, &rl, p, c);
             column_loop(em, &rl, p, c);
@@ -65,6 +73,26 @@ pub(crate) fn gen_rows(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
         rows: numel(&space[..space.len() - 1]),
         n: space.last().unwrap().clone(),
         row_buffers: rl.s.rowbuf.len() as u32,
+    }
+}
+
+/// Where full-width output `m` stores column `c` of row `r`: its own row, or for a cache write
+/// the cache row of `cache_rows`.
+fn store_at(g: &Graph, m: NodeId) -> String {
+    match g.node(m).op {
+        Op::CacheWrite { .. } => format!("cw{} + c", m.0),
+        _ => "r * N + c".into(),
+    }
+}
+
+/// The cache row (`cw<m>`) each cache-write member stores row `r` at: the row's indices with
+/// the write's axis moved by the call's position.
+fn cache_rows(em: &Emitter, rl: &RowLoop, c: &mut Code) {
+    let g = em.g;
+    for &m in rl.nodes {
+        if let Ok(w) = crate::kernels::cache_write::Write::at(g, m) {
+            c.line(format!("const int64_t cw{} = {};", m.0, w.cache_row(g, &|d| em.dim(d))));
+        }
     }
 }
 
@@ -155,7 +183,7 @@ pub(crate) fn column_bodies(em: &Emitter, rl: &RowLoop, p: usize) -> (Code, Code
                 op.line(format!("rb{}[c] = {};", m.0, em.var(m)));
             }
             if rl.outputs.contains(&m) {
-                op.line(store_out(em, m, "r * N + c"));
+                op.line(store_out(em, m, &store_at(g, m)));
             }
             lb.append(&op);
             lt.append(&op);

@@ -143,6 +143,7 @@ impl KernelKind for Rows {
             "members iterate over different shapes (a rows kernel has one space)".to_string()
         })?;
         scans_span_the_row(g, &nodes, &space)?;
+        cache_rows_are_contiguous(g, &nodes)?;
         rotations_read_memory(g, &nodes, &space, members)?;
         gathers_read_memory(g, &nodes, members)?;
         integers_stay_in_their_loop(g, &nodes, &space, members)
@@ -211,6 +212,21 @@ pub(crate) fn rotations_read_memory(
     Ok(())
 }
 
+/// A cache write stores each row of the space as one run of the cache: along its last axis,
+/// the cache row is as long as the new one.
+fn cache_rows_are_contiguous(g: &Graph, nodes: &[NodeId]) -> Result<(), String> {
+    for &m in nodes {
+        let n = g.node(m);
+        if let Op::CacheWrite { axis, .. } = n.op {
+            let r = n.shape.len();
+            if axis + 1 == r && r > 0 && g.node(n.inputs[1]).shape[r - 1] != n.shape[r - 1] {
+                return Err(format!("cache_write `{}` writes part of each cache row", n.name));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A running sum runs along the whole row of the space (one accumulator per row).
 fn scans_span_the_row(g: &Graph, nodes: &[NodeId], space: &Shape) -> Result<(), String> {
     for &m in nodes {
@@ -256,6 +272,8 @@ pub(crate) fn row_ops_only(g: &Graph, members: &BTreeSet<NodeId>) -> Result<(), 
                 axis + 1 == g.node(n.inputs[0]).shape.len()
             }
             Op::Gather { .. } | Op::RotateHalf => true,
+            // Stores its row (`new`, input 1) into its cache at the call's position.
+            Op::CacheWrite { .. } => !members.contains(&n.inputs[0]),
             ref op => op.is_elementwise(),
         };
         if !ok {

@@ -6,6 +6,10 @@
 //! Only permutations that keep the last axis last qualify, so every stored row stays
 //! contiguous; only kernels whose generators store through `codegen::emit::RowStore` take it
 //! (flash attention today).
+//!
+//! A cache write is the other copy a kernel can store straight into: the new keys a rows
+//! kernel computes (RoPE's rotation) are written at their cache rows, at the call's position,
+//! instead of to a buffer the cache-write kernel then copies.
 
 use super::{FusionRule, Rule};
 use crate::group::{layout_store, GroupKind};
@@ -21,20 +25,43 @@ impl FusionRule for LayoutStore {
     }
     fn claims(&self, p: &Planner, a: usize, b: usize) -> bool {
         let (wa, wb) = (p.w(a), p.w(b));
-        wa.kind == GroupKind::FlashAttention
+        let permuted = wa.kind == GroupKind::FlashAttention
             && wb.members.len() == 1
-            && wa.anchor.is_some_and(|v| layout_store(p.g, &p.users, v, &wb.members).is_some())
+            && wa.anchor.is_some_and(|v| layout_store(p.g, &p.users, v, &wb.members).is_some());
+        permuted || cache_store(p, a, b).is_some()
     }
     fn check_pair(
         &self,
         p: &Planner,
         a: usize,
-        _b: usize,
+        b: usize,
     ) -> Result<(GroupKind, Option<NodeId>), (Reason, String)> {
         let wa = p.w(a);
+        if let Some(new) = cache_store(p, a, b) {
+            let only = p.users[new.idx()].len() == 1;
+            return if only && !p.is_output[new.idx()] {
+                Ok((GroupKind::Elementwise, None))
+            } else {
+                Err((Reason::OtherUsers, format!("{new} is also read elsewhere")))
+            };
+        }
         match wa.anchor {
             Some(v) if !p.is_output[v.idx()] => Ok((wa.kind, Some(v))),
             _ => Err((Reason::OtherUsers, "the permuted value is also a graph output".into())),
         }
     }
+}
+
+/// The new rows `new` when group `b` is one cache write of rows that elementwise group `a`
+/// computes (not through a view).
+fn cache_store(p: &Planner, a: usize, b: usize) -> Option<NodeId> {
+    let (wa, wb) = (p.w(a), p.w(b));
+    let w = *wb.members.iter().next()?;
+    let n = p.g.node(w);
+    let ok = wa.kind == GroupKind::Elementwise
+        && wb.kind == GroupKind::CacheWrite
+        && wb.members.len() == 1
+        && matches!(n.op, crate::ir::Op::CacheWrite { .. })
+        && wa.members.contains(&n.inputs[1]);
+    ok.then(|| n.inputs[1])
 }
