@@ -483,7 +483,16 @@ impl<'a> Planner<'a> {
     pub(super) fn apply(&mut self, rule: Rule, m: &Move) {
         match m.by {
             Some(r) => rules::get(r).apply(self, rule, m),
-            None => self.merge_into(rule, m),
+            None => {
+                // The merged group is the kernel the rule checked and the cost model priced.
+                let checked = self.check_pair(m.a, m.bs[0]).ok();
+                self.merge_into(rule, m);
+                if let Some((_, kind, anchor)) = checked {
+                    let wb = self.groups[m.bs[0]].as_mut().unwrap();
+                    wb.kind = kind;
+                    wb.anchor = anchor;
+                }
+            }
         }
     }
 
@@ -501,10 +510,6 @@ impl<'a> Planner<'a> {
             if matches!(wa.kind, GroupKind::MatMul | GroupKind::FlashAttention) {
                 wb.kind = wa.kind;
                 wb.anchor = wa.anchor;
-            }
-            // A cache write taken by the rows kernel computing its rows (`layout_store`).
-            if wb.kind == GroupKind::CacheWrite && wa.kind == GroupKind::Elementwise {
-                wb.kind = GroupKind::Elementwise;
             }
             wb.version += 1;
         }

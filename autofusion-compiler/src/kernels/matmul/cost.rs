@@ -2,6 +2,7 @@
 
 use crate::cost::*;
 use crate::dim::numel;
+use crate::group::iter_shape;
 use crate::ir::{NodeId, Op};
 use crate::target::OnChip;
 use crate::target::Target;
@@ -80,15 +81,16 @@ impl MatMulTraffic {
         let a_bytes: f64 = a_in.iter().map(|i| cx.bytes(*i)).sum();
         let b_bytes = cx.bytes(b_in);
         let epi_bytes: f64 = other.iter().map(|i| cx.bytes(*i)).sum();
-        let flops_of = |p: &NodeId| cx.n(&numel(&g.node(*p).shape)) * op_weight(&g.node(*p).op);
-        let (stats_flops, stats) = statistics(kernel, &pro);
+        // Counted as `Kernel::new` counts the vector work (a reduction over its input).
+        let flops_of = |p: &NodeId| cx.n(&numel(&iter_shape(g, *p))) * op_weight(&g.node(*p).op);
+        let stats = statistics(g, &pro);
+        let stats_flops: f64 = stats.iter().map(flops_of).sum();
         let pro_flops: f64 = pro.iter().filter(|p| !stats.contains(p)).map(flops_of).sum();
         let pro_trans: f64 = pro
             .iter()
             .filter(|p| transcendental(&g.node(**p).op))
             .map(|p| cx.n(&numel(&g.node(*p).shape)))
             .sum();
-        // (The kernel's vector work counts every member once, at its own shape.)
         let epi_flops = kernel.vec_flops - pro.iter().map(flops_of).sum::<f64>();
         let epi_trans = kernel.trans - pro_trans;
         MatMulTraffic {
@@ -107,10 +109,8 @@ impl MatMulTraffic {
     }
 }
 
-/// The row statistics of prologue `pro` (its reductions and the members upstream of them) and
-/// their vector work, the reductions counted over their inputs.
-fn statistics(kernel: &Kernel, pro: &BTreeSet<NodeId>) -> (f64, BTreeSet<NodeId>) {
-    let (g, cx) = (kernel.g, &kernel.cx);
+/// The row statistics of prologue `pro`: its reductions and the members upstream of them.
+fn statistics(g: &crate::ir::Graph, pro: &BTreeSet<NodeId>) -> BTreeSet<NodeId> {
     let mut need = BTreeSet::new();
     let mut stack: Vec<NodeId> =
         pro.iter().copied().filter(|m| matches!(g.node(*m).op, Op::Reduce { .. })).collect();
@@ -119,12 +119,7 @@ fn statistics(kernel: &Kernel, pro: &BTreeSet<NodeId>) -> (f64, BTreeSet<NodeId>
             stack.extend(g.node(x).inputs.iter().copied());
         }
     }
-    let per = |m: &NodeId| {
-        let n = g.node(*m);
-        let w = if matches!(n.op, Op::Reduce { .. }) { 1.0 } else { op_weight(&n.op) };
-        cx.n(&numel(&crate::group::iter_shape(g, *m))) * w
-    };
-    (need.iter().map(per).sum(), need)
+    need
 }
 
 /// How the operands reach the micro-kernel: which packing copies the target's template skips.
