@@ -249,6 +249,20 @@ fn a_decoder_with_kv_caches_matches_the_reference_on_ascend() {
             });
             assert!(normed.count() >= 3, "the norms run in the projections");
         }
+        if level == 3 {
+            // SwiGLU's gate and up: two products of one kernel (`sibling_matmul`).
+            let plan = &unit.variant(Variant::Fused, target).plan;
+            let g = &unit.graph;
+            let paired = plan.groups.iter().filter(|grp| {
+                grp.nodes
+                    .iter()
+                    .filter(|m| g.node(**m).op == autofusion_compiler::ir::Op::MatMul)
+                    .count()
+                    == 2
+                    && format!("{:?}", grp.kind) == "MatMul"
+            });
+            assert_eq!(paired.count(), 1, "{tag}: gate and up in one matmul kernel");
+        }
         let what = format!("decoder_kv at opt_level {level}{tag}");
         let (_, m) = build_and_load(&unit, target, &format!("kv{level}{tag}"), &what);
         let ((mut kc, mut vc), (mut rk, mut rv)) = (caches(z, t), caches(z, t));
@@ -273,6 +287,60 @@ fn a_decoder_with_kv_caches_matches_the_reference_on_ascend() {
             );
             p += s;
         }
+    }
+}
+
+/// A decode step over a long cache: few query heads leave most AIVs idle, so DynamicTiling
+/// splits the keys into ranges (flash-decoding) whose partial results the kernel merges after
+/// `SyncAll`. The plan is checked to split, the step against the reference.
+#[test]
+fn a_decode_step_over_a_long_cache_splits_its_keys_on_ascend() {
+    use decoder_graphs::{decoder_layer, rope_tables, weights, SMALL};
+    let target = Target::ascend910b();
+    let z = SMALL;
+    let t = 1800usize;
+    let (cos, sin) = rope_tables(t, z.dh as usize);
+    let w = weights(z, 13);
+    let opts = Options { opt_level: 3, ..Options::default() };
+    let unit = Unit::from_graph(decoder_layer(z), opts).unwrap();
+    let (_, m) = build_and_load(&unit, &target, "kvsplit", "decoder_kv split");
+    for p in [1100usize, 1700] {
+        // A cache already holding `p` rows, as a prefill would have left it.
+        let shape = [z.kvh as usize, 1, t, z.dh as usize];
+        let rows = |seed: u64| {
+            let r = Tensor::randn(&shape, 1.0, seed).to_f32_vec();
+            let v: Vec<f32> = r
+                .chunks(z.dh as usize)
+                .enumerate()
+                .flat_map(|(i, c)| c.iter().map(move |x| if i % t < p { *x } else { 0.0 }))
+                .collect();
+            Tensor::from_f32(&shape, v).unwrap()
+        };
+        let (mut kc, mut vc) = (rows(21), rows(22));
+        let (mut rk, mut rv) = (kc.clone(), vc.clone());
+        let x = Tensor::randn(&[1, z.d as usize], 1.0, 23);
+        let mut ins: Vec<&Tensor> = vec![&x, &cos, &sin];
+        ins.extend(w.iter());
+        let dims: Vec<i64> = m
+            .graph()
+            .dyn_dims
+            .iter()
+            .map(|d| match d.as_str() {
+                "S" => 1,
+                "P" => p as i64,
+                "T" => t as i64,
+                other => panic!("decoder_kv: unexpected dim {other}"),
+            })
+            .collect();
+        let plan = m.shape_plan(&dims).unwrap();
+        let splits = plan.launches.iter().map(|l| l.tiling.splits).max().unwrap_or(0);
+        assert!(splits >= 2, "P = {p}: the attention's keys are split ({splits})");
+        let pd = [("P", p as i64)];
+        let got = m.run_with_state(0, &ins, &mut [&mut kc, &mut vc], &pd).unwrap();
+        let want = m.reference_with_state(&ins, &mut [&mut rk, &mut rv], &pd).unwrap();
+        let at = format!("Ascend: decoder_kv step at P = {p}, {splits} key ranges");
+        common::assert_close(&at, &got, &want);
+        common::assert_close(&format!("{at}, caches"), &[kc, vc], &[rk, rv]);
     }
 }
 

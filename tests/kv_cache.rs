@@ -13,6 +13,7 @@ mod decoder_graphs;
 mod dsl;
 
 use autofusion::{Module, Tensor};
+use autofusion_compiler::ir::Op;
 use autofusion_compiler::{target::Target, Options, Unit, Variant};
 use decoder_graphs::{caches, decoder_layer, rope_tables, weights, Sizes, SMALL};
 use std::path::PathBuf;
@@ -314,5 +315,27 @@ fn a_decode_step_is_one_parallel_region_at_opt_level_3() {
         assert!(plan.pipeline, "P = {p}: one launch");
         let flash = plan.groups.iter().filter(|g| format!("{:?}", g.kind) == "FlashAttention");
         assert_eq!(flash.count(), 1, "P = {p}: attention as one flash kernel");
+    }
+}
+
+/// SwiGLU's gate and up projections read the same normalised rows: at opt_level 3 the
+/// `sibling_matmul` rule computes both products in one kernel (A packed once, the gate's
+/// product never stored), at decode and at prefill, and the layer still matches the
+/// reference at both.
+#[test]
+fn gate_and_up_run_as_one_kernel_at_opt_level_3() {
+    let unit =
+        Unit::from_graph(decoder_layer(SMALL), Options { opt_level: 3, ..Options::default() })
+            .unwrap();
+    let g = &unit.graph;
+    for s in [1i64, 64] {
+        let hints = [("S", s), ("T", 4096), ("P", 100)].map(|(n, v)| (n.to_string(), v)).to_vec();
+        let rules = unit.lowered.options.rules;
+        let plan = autofusion_compiler::plan::plan(g, 3, rules, &hints, &Target::host());
+        let paired = plan.groups.iter().filter(|grp| {
+            let matmuls = grp.nodes.iter().filter(|m| g.node(**m).op == Op::MatMul).count();
+            format!("{:?}", grp.kind) == "MatMul" && matmuls == 2
+        });
+        assert_eq!(paired.count(), 1, "S = {s}: gate and up in one matmul kernel");
     }
 }

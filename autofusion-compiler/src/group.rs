@@ -180,7 +180,6 @@ pub fn flash_parts(g: &Graph, members: &BTreeSet<NodeId>) -> Option<FlashParts> 
     })
 }
 
-/// The first node that is not a view, following reshape/transpose/slice inputs.
 /// The members of a matmul group upstream of its `anchor`: its prologue, computed while the
 /// A operand is read (the rest of the group is the epilogue, applied as C is stored).
 pub fn prologue_of(
@@ -200,6 +199,20 @@ pub fn prologue_of(
     prologue
 }
 
+/// The matmuls a matmul kernel computes beside its `anchor`: members that are matmuls outside
+/// the anchor's prologue. `kernels::matmul::check_part` admits one, reading the anchor's A
+/// with the anchor's output shape: the kernel computes both products per output tile and
+/// the epilogue reads the sibling's from its own C block (SwiGLU's `silu(x Wg) * (x Wu)`).
+pub fn matmul_siblings(g: &Graph, anchor: NodeId, members: &BTreeSet<NodeId>) -> Vec<NodeId> {
+    let prologue = prologue_of(g, anchor, |m| members.contains(m));
+    members
+        .iter()
+        .copied()
+        .filter(|m| *m != anchor && !prologue.contains(m) && g.node(*m).op == Op::MatMul)
+        .collect()
+}
+
+/// The first node that is not a view, following reshape/transpose/slice inputs.
 pub fn base_of(g: &Graph, mut id: NodeId) -> NodeId {
     while g.node(id).op.is_view() {
         id = g.node(id).inputs[0];

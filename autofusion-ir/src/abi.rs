@@ -67,7 +67,10 @@ pub enum Work {
     /// `rows` rows of `n` elements; `row_buffers` rows of `n` floats of scratch per block.
     Rows { rows: DimExpr, n: DimExpr, row_buffers: u32 },
     /// `batch` independent `m x k` by `k x n` products; scratch holds the packed panels.
-    MatMul { batch: DimExpr, m: DimExpr, n: DimExpr, k: DimExpr },
+    /// `products` matmuls of the same A and shape are computed per output tile (one, or a
+    /// matmul with the siblings its epilogue reads: SwiGLU's gate and up), each with its own
+    /// C block of scratch (host) or C tile of workspace per AIV (Ascend).
+    MatMul { batch: DimExpr, m: DimExpr, n: DimExpr, k: DimExpr, products: u32 },
     /// `batch` attention problems of `sq` queries over `sk` keys, head dims `d` (QK) and `dv`
     /// (V); `mc`/`nc` of the tiling are the query and key block sizes. Each `group` of
     /// consecutive problems reads the same K and V (grouped-query attention; 1 without).
@@ -136,9 +139,10 @@ pub const ASCEND_MAX_DIMS: usize = 16;
 
 /// `AfTiling` int64 fields of an Ascend kernel, in order (emitted in the generated Ascend C
 /// and mirrored by the runtime): launch size, UB chunk columns, matmul / flash tile sizes and
-/// the user-workspace floats per AIV, and the matmul's tile order (`ascend_n_major`).
-pub const ASCEND_TILING_FIELDS: [&str; 8] =
-    ["block_num", "chunk", "mc", "nc", "br", "bc", "ws_floats", "n_major"];
+/// the user-workspace floats per AIV, the matmul's tile order (`ascend_n_major`), and the key
+/// ranges of a flash-decoding launch.
+pub const ASCEND_TILING_FIELDS: [&str; 9] =
+    ["block_num", "chunk", "mc", "nc", "br", "bc", "ws_floats", "n_major", "splits"];
 
 /// Share of an Ascend chip's L2 (192 MB on the 910B, an assumption of the `ascend910b`
 /// profile) a matmul's resident operand may take: the rest holds the streamed panels.
@@ -192,6 +196,25 @@ pub const ASCEND_CUBE_FIELDS: [&str; 23] = [
 /// Size of `AfTiling`: the int64 fields and two cube field sets (a multiple of 8 bytes).
 pub const fn ascend_tiling_bytes() -> usize {
     ASCEND_TILING_FIELDS.len() * 8 + 2 * ASCEND_CUBE_FIELDS.len() * 4
+}
+
+/// Fewest keys a flash-decoding range gets on Ascend: IFA's `SplitBNS` lowers its split count
+/// while a range would hold fewer than 512 (docs/ascend-decode.md).
+pub const ASCEND_SPLIT_MIN_KEYS: i64 = 512;
+/// Most ranges a query block is split into (the merge keeps one weight per range in the
+/// kernel's 64-float row state).
+pub const ASCEND_SPLITS_MAX: i64 = 64;
+
+/// Key ranges per query block of an Ascend flash kernel (flash-decoding), as DynamicTiling
+/// chooses them and the cost model prices them: when `units` (query blocks of `sk` keys,
+/// key blocks of `bc`) leave at least half of the `aivs` idle, as many ranges as fill them,
+/// each of at least `ASCEND_SPLIT_MIN_KEYS` keys and one key block; 1 otherwise.
+pub fn ascend_flash_splits(units: i64, sk: i64, bc: i64, aivs: i64) -> i64 {
+    if units <= 0 || 2 * units > aivs {
+        return 1;
+    }
+    let key_blocks = (sk + bc.max(1) - 1) / bc.max(1);
+    (aivs / units).min(sk / ASCEND_SPLIT_MIN_KEYS).min(key_blocks).clamp(1, ASCEND_SPLITS_MAX)
 }
 
 #[cfg(test)]

@@ -322,9 +322,9 @@ impl Json for Work {
             Work::Rows { rows, n, row_buffers } => json!({
                 "kind": "rows", "rows": rows.to_json(), "n": n.to_json(), "row_buffers": row_buffers
             }),
-            Work::MatMul { batch, m, n, k } => json!({
+            Work::MatMul { batch, m, n, k, products } => json!({
                 "kind": "matmul", "batch": batch.to_json(), "m": m.to_json(), "n": n.to_json(),
-                "k": k.to_json()
+                "k": k.to_json(), "products": products
             }),
             Work::Flash { batch, sq, sk, d, dv, group } => json!({
                 "kind": "flash", "batch": batch.to_json(), "sq": sq.to_json(), "sk": sk.to_json(),
@@ -345,6 +345,7 @@ impl Json for Work {
                 m: get(v, "m")?,
                 n: get(v, "n")?,
                 k: get(v, "k")?,
+                products: get(v, "products")?,
             },
             "flash" => Work::Flash {
                 batch: get(v, "batch")?,

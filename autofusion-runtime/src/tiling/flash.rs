@@ -108,8 +108,15 @@ pub(super) fn ascend(
         br = round_up(br / 2, 16).max(16);
     }
     let units = b * ((sq + br - 1) / br);
-    let groups =
-        pipeline_aivs.map(|a| a / 2).unwrap_or_else(|| ((units + 1) / 2).clamp(1, cores.groups()));
+    let splits = autofusion_ir::abi::ascend_flash_splits(
+        units,
+        sk,
+        bc,
+        pipeline_aivs.unwrap_or(2 * cores.groups()),
+    );
+    let groups = pipeline_aivs
+        .map(|a| a / 2)
+        .unwrap_or_else(|| ((units * splits + 1) / 2).clamp(1, cores.groups()));
     let aivs = 2 * groups;
     t.chunk = fit.min(round_up(bc.max(dv).max(d), 16));
     t.br = br;
@@ -127,7 +134,10 @@ pub(super) fn ascend(
     // Per AIV: the score tile (S, then P in place) and the output accumulator, and P
     // in V's type when the second product is 16-bit (as the generated `PER`).
     let p16 = if cube_bytes(k, 1)? == 2 { (br * bc + 1) / 2 } else { 0 };
-    let ws = (stage + aivs * (br * bc + br * dv + p16)) as usize * 4;
+    // A split launch keeps each unit's row statistics (16 floats a row) and partial output.
+    let partials = if splits > 1 { units * splits * br * (16 + dv) } else { 0 };
+    let ws = (stage + aivs * (br * bc + br * dv + p16) + partials) as usize * 4;
+    t.splits = splits;
     t.ws_floats = ws as i64 / 4;
     let launch = AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || sq == 0 };
     Ok((launch, ws))

@@ -3,13 +3,7 @@
 use super::*;
 
 /// The blocking on the host's worker threads, and the scratch floats one block needs.
-pub(super) fn host(
-    cx: &HostCx,
-    batch: &DimExpr,
-    m: &DimExpr,
-    n: &DimExpr,
-    k: &DimExpr,
-) -> (Tiling, usize) {
+pub(super) fn host(cx: &HostCx, [batch, m, n, k]: [&DimExpr; 4], products: u32) -> (Tiling, usize) {
     let HostCx { eval, threads: t } = *cx;
     let (b, m, n, k) = (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(k).max(0));
     let (mc, kc) = (m.clamp(1, MC_MAX), k.clamp(1, KC_MAX));
@@ -23,16 +17,16 @@ pub(super) fn host(
     let flops = flops(&[2, b, m, n, k]);
     let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
     let tiling = Tiling { block_num, rows_per_block: upb, mc, nc, kc, units, ..Default::default() };
-    (tiling, gemm_scratch(mc, nc, kc))
+    // Each product beyond the first keeps its own C block.
+    let more_c = (products.max(1) as i64 - 1) * mc * (nc + 16);
+    (tiling, gemm_scratch(mc, nc, kc) + more_c as usize)
 }
 
 /// The launch on an Ascend device, and the user-workspace bytes the kernel needs.
 pub(super) fn ascend(
     cx: &AscendCx,
-    batch: &DimExpr,
-    m: &DimExpr,
-    n: &DimExpr,
-    kk: &DimExpr,
+    [batch, m, n, kk]: [&DimExpr; 4],
+    products: u32,
 ) -> Result<(AscendLaunch, usize), String> {
     let AscendCx { kernel: k, eval, fit, cores, pipeline_aivs } = *cx;
     let mut t = AscendTiling::default();
@@ -69,7 +63,8 @@ pub(super) fn ascend(
         .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
     // Staged copies in floats of the workspace (a 16-bit copy takes fewer: this bounds it).
     let stage = if k.stage_a { b * m * kd } else { 0 } + if k.stage_b { b * kd * n } else { 0 };
-    let ws = (stage + aivs * mc * nc) as usize * 4;
+    // A C tile per AIV and product.
+    let ws = (stage + products.max(1) as i64 * aivs * mc * nc) as usize * 4;
     t.ws_floats = ws as i64 / 4;
     let launch =
         AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || m == 0 || n == 0 };

@@ -86,7 +86,7 @@ pub fn choose(
     let cx = HostCx { eval, threads: threads.max(1) as i64 };
     match work {
         Work::Rows { rows, n, row_buffers } => rows::host(&cx, rows, n, *row_buffers),
-        Work::MatMul { batch, m, n, k } => matmul::host(&cx, batch, m, n, k),
+        Work::MatMul { batch, m, n, k, products } => matmul::host(&cx, [batch, m, n, k], *products),
         Work::Horizontal { parts } => horizontal::host(&cx, parts),
         Work::Flash { batch, sq, sk, d, dv, group } => {
             flash::host(&cx, batch, sq, sk, d, dv, group)
@@ -133,6 +133,8 @@ pub struct AscendTiling {
     pub ws_floats: i64,
     /// 1: output tiles in column-panel order (`autofusion_ir::abi::ascend_n_major`).
     pub n_major: i64,
+    /// Key ranges per query block of a flash kernel (flash-decoding; 0 or 1: not split).
+    pub splits: i64,
     pub cube: [[i32; ASCEND_CUBE_FIELDS.len()]; 2],
 }
 
@@ -327,7 +329,9 @@ pub fn choose_ascend(
     let cx = AscendCx { kernel: k, eval, fit, cores, pipeline_aivs };
     match &k.work {
         Work::Rows { rows, n, .. } => rows::ascend(&cx, rows, n),
-        Work::MatMul { batch, m, n, k: kk } => matmul::ascend(&cx, batch, m, n, kk),
+        Work::MatMul { batch, m, n, k: kk, products } => {
+            matmul::ascend(&cx, [batch, m, n, kk], *products)
+        }
         Work::Flash { batch, sq, sk, d, dv, .. } => flash::ascend(&cx, batch, sq, sk, d, dv),
         Work::Horizontal { .. } => horizontal::ascend(&cx),
     }
@@ -385,7 +389,7 @@ mod tests {
             assert_eq!(scratch, 2 * n as usize);
         }
         for (m, n, k) in [(1, 512, 512), (7, 3, 5), (128, 2048, 512), (513, 100, 1)] {
-            let w = Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(k) };
+            let w = Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(k), products: 1 };
             let (t, _) = choose(&w, &|d| d.as_const().unwrap(), 2);
             let units = 2 * ((m + t.mc - 1) / t.mc) * ((n + t.nc - 1) / t.nc);
             assert_eq!(t.units, units);
@@ -397,7 +401,7 @@ mod tests {
             );
         }
         // Decode shape: one row of output still spreads over both threads.
-        let w = Work::MatMul { batch: c(1), m: c(1), n: c(2048), k: c(512) };
+        let w = Work::MatMul { batch: c(1), m: c(1), n: c(2048), k: c(512), products: 1 };
         let (t, _) = choose(&w, &|d| d.as_const().unwrap(), 2);
         assert!(t.block_num >= 2, "{t:?}");
     }
@@ -424,7 +428,8 @@ mod tests {
             cube_bytes: vec![4, 4],
         };
         for (m, n, kk) in [(1, 4096, 512), (7, 33, 5), (513, 100, 1), (2048, 4096, 4096)] {
-            let k = kernel(Work::MatMul { batch: c(1), m: c(m), n: c(n), k: c(kk) }, 99);
+            let k =
+                kernel(Work::MatMul { batch: c(1), m: c(m), n: c(n), k: c(kk), products: 1 }, 99);
             let (l, ws) =
                 choose_ascend(&k, &|d| d.as_const().unwrap(), AscendCores::A2_24, None).unwrap();
             let t = l.tiling;
@@ -454,7 +459,10 @@ mod tests {
             assert_eq!(t.n_major, 1, "{m} x {n} x {kk}");
         }
         // An A too big for L2 with a B that fits: row panels (A read once, B from L2).
-        let k = kernel(Work::MatMul { batch: c(1), m: c(65536), n: c(1024), k: c(4096) }, 99);
+        let k = kernel(
+            Work::MatMul { batch: c(1), m: c(65536), n: c(1024), k: c(4096), products: 1 },
+            99,
+        );
         let (l, _) =
             choose_ascend(&k, &|d| d.as_const().unwrap(), AscendCores::A2_24, None).unwrap();
         assert_eq!(l.tiling.n_major, 0);
@@ -471,7 +479,10 @@ mod tests {
         let small = AscendCores { aic: 20, aiv: 40 };
         for cores in [AscendCores::A2_24, small] {
             for &(m, n, kk) in &[(1, 1, 1), (3, 4096, 11008), (4096, 1, 64), (100, 300, 7)] {
-                let k = kernel(Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(kk) }, 8);
+                let k = kernel(
+                    Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(kk), products: 1 },
+                    8,
+                );
                 let (l, _) = choose_ascend(&k, &|d| d.as_const().unwrap(), cores, None).unwrap();
                 assert!(l.block_dim as i64 <= cores.groups());
                 check_cube_tiling(&l.tiling.cube[0], cores.aic, 4).unwrap();
@@ -482,7 +493,24 @@ mod tests {
                 let (l, _) = choose_ascend(&k, &|d| d.as_const().unwrap(), cores, None).unwrap();
                 assert!(l.block_dim as i64 <= cores.groups());
             }
+            // Decode (8 heads, one query): the keys split over the idle AIVs, each range at
+            // least 512 keys, and the partial results fit the workspace; short caches and
+            // prefill do not split.
+            /* want 0: as many ranges as AIVs per head */
+            for (sq, sk, want) in [(1, 2048, 4), (1, 100_000, 0), (1, 1000, 1), (64, 4096, 1)] {
+                let k = kernel(flash(sq, sk, 64), 8);
+                let (l, ws) = choose_ascend(&k, &|d| d.as_const().unwrap(), cores, None).unwrap();
+                let t = l.tiling;
+                let want = if want == 0 { cores.aiv / 8 } else { want };
+                assert_eq!(t.splits, want, "sq {sq} sk {sk}");
+                assert!(l.block_dim as i64 <= cores.groups());
+                let per = t.br * t.bc + t.br * 64;
+                let parts = if want > 1 { 8 * want * t.br * (16 + 64) } else { 0 };
+                assert!(ws as i64 >= 4 * (2 * l.block_dim as i64 * per + parts), "{t:?}");
+            }
         }
+        assert_eq!(autofusion_ir::abi::ascend_flash_splits(8, 2048, 128, 24), 3, "fills the AIVs");
+        assert_eq!(autofusion_ir::abi::ascend_flash_splits(8, 2048, 128, 8), 1, "no idle AIVs");
         let mut bad = cube_tiling(64, 64, 64, 64, 64, 4);
         bad[ASCEND_CUBE_FIELDS.iter().position(|x| *x == "baseK").unwrap()] = 12;
         let e = check_cube_tiling(&bad, 24, 4).unwrap_err();

@@ -41,6 +41,7 @@ pub fn llama_embed(
         flash_attention,
         layout_store,
         qkv_horizontal,
+        sibling_matmul,
         pipeline
     ],
     hints(S = 1, T = 2048, R = 2048, P = 512, D = 576, KVH = 3, G = 3, DH = 64, F = 1536)

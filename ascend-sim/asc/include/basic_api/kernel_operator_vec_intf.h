@@ -11,6 +11,7 @@
 #define ASCEND_SIM_KERNEL_OPERATOR_VEC_INTF_H
 
 #include "kernel_tensor.h"
+#include <type_traits>
 
 namespace ascend_sim {
 
@@ -229,10 +230,12 @@ void LeakyRelu(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& al
     ascend_sim::unary_op("LeakyRelu", ascend_sim::DT_FLOATS, dst, src, count,
                          [s](double a) { return a > 0 ? a : a * s; });
 }
-/* dst += src * scalar (same element type only in the sim) */
-template <typename T>
-void Axpy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const T& scalarValue, const int32_t& count)
+/* dst += src * scalar: the official <T, U> signature (a half source into a float destination
+ * exists on hardware); the sim supports one element type for both. */
+template <typename T, typename U>
+void Axpy(const LocalTensor<T>& dst, const LocalTensor<U>& src, const U& scalarValue, const int32_t& count)
 {
+    static_assert(std::is_same<T, U>::value, "ascend-sim: Axpy with a destination type other than the source's");
     const double s = ascend_sim::to_num(scalarValue);
     ascend_sim::ternary_dst_op("Axpy", ascend_sim::DT_FLOATS, dst, src, src, count,
                                [s](double d, double a, double) { return d + a * s; });

@@ -281,10 +281,13 @@ pub(crate) fn flash_blocks(k: &mut K, fl: &Flash, fs: &FlashShape) {
     }
     c.line("ws.SetGlobalBuffer(uws + stage + aiv * PER, BR * BC);");
     c.line("wo.SetGlobalBuffer(uws + stage + aiv * PER + BR * BC, BR * DV);");
-    c.open("for (int64_t u = aiv; u < units; u += naiv)");
-    c.line("const int64_t bi = u / qt, q0 = (u % qt) * BR, br = af_min(BR, SQ - q0);");
+    split_layout(c);
+    c.open("for (int64_t u = aiv; u < units * NS; u += naiv)");
+    c.line("const int64_t s = u % NS, bi = (u / NS) / qt, q0 = ((u / NS) % qt) * BR, br = af_min(BR, SQ - q0);");
+    c.line("const int64_t ks0 = s * KS, ks1 = af_min(SK, ks0 + KS); /* this unit's keys */");
+    c.line("if (NS > 1) { wo.SetGlobalBuffer(part + PO + u * BR * DV, BR * DV); } /* the unit's partial output */");
     c.line("for (int64_t i = 0; i < br; ++i) { mr.SetValue((uint32_t)i, AF_NEG_INF); lr.SetValue((uint32_t)i, 0.0f); }");
-    c.open("for (int64_t k0 = 0; k0 < SK; k0 += BC)");
+    c.open("for (int64_t k0 = ks0; k0 < ks1; k0 += BC)");
     if fl.causal {
         let _ = writeln!(
             c,
@@ -292,10 +295,106 @@ pub(crate) fn flash_blocks(k: &mut K, fl: &Flash, fs: &FlashShape) {
             k.em.dim(&fs.sk.sub(&fs.sq))
         );
     }
-    c.line("const int64_t bc = af_min(BC, SK - k0);");
+    c.line("const int64_t bc = af_min(BC, ks1 - k0);");
     flash_key_block(c, &k.em, fl);
     c.close();
+    c.open("if (NS > 1)");
+    store_split_stats(c, &fl.ub);
+    c.close();
+    c.open("else");
     flash_store(c, &fl.ub);
+    c.close();
+    c.close();
+    c.open("if (NS > 1)");
+    merge_splits(c, &fl.ub);
+    c.close();
+}
+
+/// Flash-decoding (docs/ascend-decode.md, IFA's `SplitBNS`): when a few query rows leave
+/// cores idle, DynamicTiling splits the keys into `NS` ranges of whole key blocks; a unit is
+/// one range of one query block. Its partial output stays unnormalised in the workspace
+/// after the AIVs' tiles, with each row's max and sum (each broadcast to 8 floats, 32-byte
+/// copies); every AIV then meets at `SyncAll` and the rows are merged.
+fn split_layout(c: &mut Code) {
+    c.line("const int64_t NS = t.splits > 1 ? t.splits : 1; /* key ranges per query block */");
+    c.line("const int64_t KS = ((SK + BC - 1) / BC + NS - 1) / NS * BC; /* keys per range */");
+    c.line("/* per unit: BR rows of (max x 8, sum x 8), then (at PO) BR x DV partial outputs */");
+    c.line("__gm__ float *part = uws + stage + naiv * PER;");
+    c.line("const int64_t PO = units * NS * BR * 16;");
+    c.line("AscendC::GlobalTensor<float> gml, gpo; /* set only when split: the workspace has them then */");
+    c.line("if (NS > 1) { gml.SetGlobalBuffer(part, (uint64_t)PO); gpo.SetGlobalBuffer(part + PO, (uint64_t)(units * NS * BR * DV)); }");
+}
+
+/// A split unit's row maxima and sums, each row's pair as 16 floats.
+fn store_split_stats(c: &mut Code, ub: &FlashUb) {
+    let fo = &ub.fo;
+    c.open("for (int64_t i = 0; i < br; ++i)");
+    c.line("const float m = mr.GetValue((uint32_t)i), l = lr.GetValue((uint32_t)i);");
+    let _ = writeln!(c, "AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();");
+    c.line("AscendC::Duplicate(y, m, 8);");
+    c.line("AscendC::Duplicate(y[8], l, 8);");
+    let _ = writeln!(c, "{fo}.EnQue(y);");
+    let _ = writeln!(c, "y = {fo}.DeQue<float>();");
+    c.line("AscendC::DataCopy(gml[(u * BR + i) * 16], y, 16);");
+    let _ = writeln!(c, "{fo}.FreeTensor(y);");
+    c.close();
+}
+
+/// After every AIV's ranges: each query row's partial outputs weighted by
+/// `exp(m_s - M)` (M the largest range max; ranges that saw no key skipped) and divided by
+/// the weighted sum of their sums, stored in the output's dtype.
+fn merge_splits(c: &mut Code, ub: &FlashUb) {
+    let (fq, oq, ex) = (&ub.fq, &ub.oq, &ub.ex);
+    let oty = ascend_type(ub.out_d);
+    c.line("AscendC::PipeBarrier<PIPE_ALL>();");
+    c.line("AscendC::SyncAll(); /* every range's partial results are in GM */");
+    c.open("for (int64_t r = aiv; r < BATCH * SQ; r += naiv)");
+    c.line("const int64_t bi = r / SQ, q0 = (r % SQ) / BR * BR, i = r % SQ - q0, u0 = (bi * qt + q0 / BR) * NS;");
+    c.line("float M = AF_NEG_INF, L = 0.0f;");
+    c.open("for (int64_t s = 0; s < NS; ++s)");
+    let _ = writeln!(c, "AscendC::LocalTensor<float> x = {fq}.AllocTensor<float>();");
+    c.line("AscendC::DataCopy(x, gml[((u0 + s) * BR + i) * 16], 16);");
+    let _ = writeln!(c, "{fq}.EnQue(x);");
+    let _ = writeln!(c, "x = {fq}.DeQue<float>();");
+    c.line("AscendC::PipeBarrier<PIPE_ALL>();");
+    c.line("const float m = x.GetValue(0), l = x.GetValue(8);");
+    let _ = writeln!(c, "{fq}.FreeTensor(x);");
+    c.line("mr.SetValue((uint32_t)s, m);");
+    c.line("lr.SetValue((uint32_t)s, l);");
+    c.line("if (l > 0.0f && m > M) { M = m; }");
+    c.close();
+    c.open("for (int64_t s = 0; s < NS; ++s)");
+    c.line("const float l = lr.GetValue((uint32_t)s), w = l > 0.0f ? af_s_exp(sc, mr.GetValue((uint32_t)s) - M) : 0.0f;");
+    c.line("L += w * l;");
+    c.line("mr.SetValue((uint32_t)s, w); /* the range's weight */");
+    c.close();
+    c.line("const float inv = L > 0.0f ? 1.0f / L : 0.0f;");
+    c.open("for (int64_t c0 = 0; c0 < DV; c0 += CH)");
+    c.line("const int32_t cn = (int32_t)af_min(CH, DV - c0);");
+    let _ = writeln!(c, "AscendC::Duplicate({ex}, 0.0f, cn);");
+    c.open("for (int64_t s = 0; s < NS; ++s)");
+    c.line("const float w = mr.GetValue((uint32_t)s);");
+    c.line("if (w <= 0.0f) { continue; }");
+    let _ = writeln!(c, "AscendC::LocalTensor<float> x = {fq}.AllocTensor<float>();");
+    c.line(pad_in("x", "gpo[((u0 + s) * BR + i) * DV + c0]", "float"));
+    let _ = writeln!(c, "{fq}.EnQue(x);");
+    let _ = writeln!(c, "x = {fq}.DeQue<float>();");
+    // Muls then Add: the checker's toolchain stubs have no `vaxpy` for Axpy.
+    c.line("AscendC::Muls(x, x, w, cn);");
+    let _ = writeln!(c, "AscendC::Add({ex}, {ex}, x, cn);");
+    let _ = writeln!(c, "{fq}.FreeTensor(x);");
+    c.close();
+    let _ = writeln!(c, "AscendC::LocalTensor<{oty}> y = {oq}.AllocTensor<{oty}>();");
+    if ub.out_d.is_compute() {
+        let _ = writeln!(c, "AscendC::Muls(y, {ex}, inv, cn);");
+    } else {
+        let _ = writeln!(c, "AscendC::Muls({ex}, {ex}, inv, cn);");
+        let _ =
+            writeln!(c, "AscendC::Cast<{oty}, float>(y, {ex}, AscendC::RoundMode::CAST_RINT, cn);");
+    }
+    let dst = format!("{}[{} + c0]", ub.ob, ub.orow);
+    enque_store(c, oq, "y", oty, &dst);
+    c.close();
     c.close();
 }
 
@@ -352,7 +451,7 @@ pub(crate) fn flash_key_block(c: &mut Code, em: &Emitter, fl: &Flash) {
     let _ = writeln!(c, "mpv.SetTensorA({p}, false);");
     let _ = writeln!(c, "mpv.SetTensorB(gv, {});", v.trans);
     c.line("mpv.SetSingleShape((int)br, (int)DV, (int)bc);");
-    c.line("mpv.IterateAll(wo, k0 > 0 ? 1 : 0); /* the first block writes, later ones add */");
+    c.line("mpv.IterateAll(wo, k0 > ks0 ? 1 : 0); /* the range's first block writes, later ones add */");
     c.line("mpv.End();");
     c.line("AscendC::PipeBarrier<PIPE_ALL>();");
 }
@@ -404,7 +503,7 @@ pub(crate) fn flash_softmax_row(c: &mut Code, em: &Emitter, fl: &Flash) {
     }
     c.line("lr.SetValue((uint32_t)i, lr.GetValue((uint32_t)i) * corr + ps);");
     c.line("mr.SetValue((uint32_t)i, mx);");
-    c.block_noted("if (k0 > 0)", "rescale what was accumulated under the old max", |c| {
+    c.block_noted("if (k0 > ks0)", "rescale what was accumulated under the old max", |c| {
         let mut scale_body = Code::new();
         let _ = writeln!(scale_body, "AscendC::LocalTensor<float> y = {fo}.AllocTensor<float>();");
         scale_body.line("AscendC::Muls(y, x, corr, cn);");

@@ -66,8 +66,23 @@ pub(crate) fn flash_cost(k: &Kernel) -> Result<KernelCost, String> {
             } else {
                 qt
             };
+            // On Ascend, few query blocks split their keys over the idle AIVs (as
+            // DynamicTiling does); each range's rows go through the workspace to the merge.
+            let splits = if target.runtime_blocking.is_none() {
+                crate::abi::ascend_flash_splits(
+                    (batch * qt) as i64,
+                    sk as i64,
+                    bc as i64,
+                    target.cores as i64,
+                ) as f64
+            } else {
+                1.0
+            };
+            let partials =
+                if splits > 1.0 { 2.0 * batch * sq * splits * (dv + 16.0) * 4.0 } else { 0.0 };
             let (kv_hbm, kv_llc) = cx.reread(kv_bytes / batch, kv_reads);
-            let bytes = (q_bytes + kv_hbm * batch + mask_bytes + out_bytes, kv_llc * batch);
+            let bytes =
+                (q_bytes + kv_hbm * batch + mask_bytes + out_bytes + partials, kv_llc * batch);
             let onchip = (br * d + (bc * d + bc * dv) * db + br * bc + br * dv) * 4.0;
             let use_ = vec![(target.vector_memory().to_string(), cx.align(onchip))];
             let eff = (br / (br + 8.0)) * (bc / (bc + 16.0));
@@ -113,7 +128,7 @@ pub(crate) fn flash_cost(k: &Kernel) -> Result<KernelCost, String> {
                 t_exp,
                 pack,
                 eff,
-                one_block(batch * qt, Some(4.0 * batch * sq * sk * d)),
+                one_block(batch * qt * splits, Some(4.0 * batch * sq * sk * d)),
                 target.matrix_cores,
             );
             let ok = cx.fits(&use_);

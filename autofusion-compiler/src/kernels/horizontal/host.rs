@@ -16,7 +16,9 @@ pub(crate) fn gen_horizontal(em: &mut Emitter, grp: &Group, body: &mut Code) -> 
     for (anchor, members) in crate::group::horizontal_parts(em.g, &grp.nodes) {
         // The braces scope the part's constants; its code is not indented inside them.
         body.line(format!("{{ /* part: {} */", em.g.node(anchor).name));
-        parts.push(gen_matmul_part(em, anchor, &members, &outputs, body));
+        // A horizontal part is one product (`Horizontal::check`).
+        let (b, m, n, k, _) = gen_matmul_part(em, anchor, &members, &outputs, body);
+        parts.push((b, m, n, k));
         body.line("hoff += units;");
         body.line("}");
     }

@@ -32,7 +32,22 @@ impl KernelKind for Horizontal {
         if parts.len() < 2 {
             return Err("a horizontal kernel holds at least two matmuls".into());
         }
+        // Each part is one product with its own epilogue: an epilogue member reading two
+        // parts' products (SwiGLU's mul) is a sibling product's, not a horizontal kernel's.
+        let mut epilogues = BTreeSet::new();
         for (anchor, part) in &parts {
+            if !crate::group::matmul_siblings(g, *anchor, part).is_empty() {
+                return Err("a horizontal kernel's parts are single matmuls".into());
+            }
+            let pro = crate::group::prologue_of(g, *anchor, |m| part.contains(m));
+            for m in part.iter().filter(|m| **m != *anchor && !pro.contains(m)) {
+                if !epilogues.insert(*m) {
+                    return Err(format!(
+                        "`{}` is in the epilogue of two matmuls of a horizontal kernel",
+                        g.node(*m).name
+                    ));
+                }
+            }
             crate::kernels::matmul::check_part(g, *anchor, part)?;
         }
         Ok(())

@@ -3,7 +3,7 @@
 use crate::abi::Work;
 use crate::codegen::ascend::cube::*;
 use crate::codegen::ascend::vector::*;
-use crate::codegen::emit::Space;
+use crate::codegen::emit::{Code, Emitter, Space};
 use crate::dim::{numel, DimExpr, Shape};
 use crate::ir::{DType, Graph, NodeId};
 use crate::layout::resolve;
@@ -22,6 +22,8 @@ pub(crate) struct MatmulParts {
     pub(crate) k_dim: DimExpr,
     pub(crate) pro_nodes: Vec<NodeId>,
     pub(crate) epi_nodes: Vec<NodeId>,
+    /// The sibling product the epilogue reads (`group::matmul_siblings`), if any.
+    pub(crate) sibling: Option<NodeId>,
 }
 
 impl MatmulParts {
@@ -34,11 +36,16 @@ impl MatmulParts {
         let k_dim = g.node(a_in).shape.last().unwrap().clone();
         let batch: Shape = out_shape[..r - 2].to_vec();
         let prologue = crate::group::prologue_of(g, anchor, |i| members.contains(i));
+        let sibling = crate::group::matmul_siblings(g, anchor, &members).first().copied();
         let pro_nodes: Vec<NodeId> =
             grp.nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
-        let epi_nodes: Vec<NodeId> =
-            grp.nodes.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
-        MatmulParts { anchor, a_in, b_in, out_shape, batch, k_dim, pro_nodes, epi_nodes }
+        let epi_nodes: Vec<NodeId> = grp
+            .nodes
+            .iter()
+            .copied()
+            .filter(|m| *m != anchor && !prologue.contains(m) && Some(*m) != sibling)
+            .collect();
+        MatmulParts { anchor, a_in, b_in, out_shape, batch, k_dim, pro_nodes, epi_nodes, sibling }
     }
     /// `[batch.., x, y]`.
     pub(crate) fn with(&self, x: DimExpr, y: DimExpr) -> Shape {
@@ -73,18 +80,36 @@ pub(crate) fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
     let cube = cube_type(k.em.g, mp.a_in, mp.b_in);
     let a = matmul_operand_a(k, &mp, cube);
     let b = matmul_operand_b(k, &mp, cube);
+    // The sibling's B, in the same type (staged when its own is another).
+    let bs = mp.sibling.map(|s| {
+        let sp = space("bs", mp.with(mp.k_dim.clone(), mp.n()));
+        operand(k, sp, k.em.g.node(s).inputs[1], "BATCH * K", "N", cube)
+    });
     let (epi, spo) = matmul_epilogue(k, grp, &mp);
     let c = &mut k.setup;
     c.line("AscendC::tiling::TCubeTiling ct;");
     c.line("af_cube_tiling(t, 0, ct);");
     c.line(matmul_object("mm", a.trans, b.trans, cube));
-    c.line("REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &ct); /* the AIC serves the AIVs' calls, then returns */");
-    if a.staged || b.staged {
+    match &bs {
+        None => {
+            c.line("REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &ct); /* the AIC serves the AIVs' calls, then returns */");
+        }
+        Some(bs) => {
+            // The sibling's product has its own object (B's layout is a type parameter),
+            // with the same tiling: the two take turns on the cube.
+            c.line(matmul_object("mm1", a.trans, bs.trans, cube));
+            c.line("REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &ct, mm1, &ct); /* the AIC serves both, then returns */");
+        }
+    }
+    let staged_b = b.staged || bs.as_ref().is_some_and(|o| o.staged);
+    if a.staged || staged_b {
         sync_staged(&mut k.body);
     }
-    matmul_tiles(k, &a, &b, &epi, &spo);
-    let work = Work::MatMul { batch: numel(&mp.batch), m: mp.m(), n: mp.n(), k: mp.k_dim };
-    (work, a.staged, b.staged, cube)
+    matmul_tiles(k, &a, &b, bs.as_ref(), &epi, &spo);
+    let products = 1 + u32::from(mp.sibling.is_some());
+    let work =
+        Work::MatMul { batch: numel(&mp.batch), m: mp.m(), n: mp.n(), k: mp.k_dim, products };
+    (work, a.staged, staged_b, cube)
 }
 
 /// Operand A: read in place when the Matmul API can address it, else staged by the AIVs as
@@ -213,11 +238,15 @@ pub(crate) fn matmul_epilogue<'g>(
         srcs.insert(i, s);
     }
     srcs.insert(mp.anchor, Src::Row { gm: "wc".into(), off: "ti * NC".into(), d: DType::F32 });
+    if let Some(s) = mp.sibling {
+        srcs.insert(s, Src::Row { gm: "wc1".into(), off: "ti * NC".into(), d: DType::F32 });
+    }
     let outs: Vec<(NodeId, String, String, DType)> = grp
         .outputs
         .iter()
         .map(|o| (*o, k.gm(k.em.buf[o]), "orow * N + n0".to_string(), g.node(*o).dtype))
         .collect();
+    // The sibling is a phase-0 source too (`epi_nodes` leaves it out).
     let mut nodes = mp.epi_nodes.clone();
     // The anchor is a phase-0 source; when it is itself an output it is copied out.
     if grp.outputs.contains(&mp.anchor) {
@@ -241,17 +270,27 @@ pub(crate) fn matmul_epilogue<'g>(
 
 /// This AIV's output tiles: the cube writes each `mlen x nlen` tile into the AIV's slice `wc`
 /// of the user workspace, then the AIV applies the epilogue row by row.
-pub(crate) fn matmul_tiles(k: &mut K, a: &Operand, b: &Operand, epi: &Job, spo: &Space) {
+pub(crate) fn matmul_tiles(
+    k: &mut K,
+    a: &Operand,
+    b: &Operand,
+    bs: Option<&Operand>,
+    epi: &Job,
+    spo: &Space,
+) {
     let g = k.em.g;
     let c = &mut k.body;
     c.line("AscendC::GlobalTensor<float> wc; wc.SetGlobalBuffer(uws + stage + aiv * MC * NC, MC * NC); /* this AIV's C tile */");
+    if bs.is_some() {
+        c.line("AscendC::GlobalTensor<float> wc1; wc1.SetGlobalBuffer(uws + stage + (naiv + aiv) * MC * NC, MC * NC); /* the sibling's C tile */");
+    }
     c.open("for (int64_t u = aiv; u < units; u += naiv)");
     // Consecutive units run at once on the cores: in column-panel order they share a B panel
     // (B leaves memory once, A is re-read from L2), in row-panel order an A panel.
     c.line("const int64_t bi = u / (mt * nt), tile = u % (mt * nt);");
     c.line("const int64_t mi = t.n_major ? tile % mt : tile / nt, ni = t.n_major ? tile / mt : tile % nt;");
     c.line("const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min(MC, M - m0), nlen = af_min(NC, N - n0);");
-    let (ta, tb) = (ascend_type(a.ty), ascend_type(b.ty));
+    let ta = ascend_type(a.ty);
     if a.staged {
         let _ = writeln!(c, "AscendC::GlobalTensor<{ta}> ga = wa[(bi * M + m0) * K];");
     } else {
@@ -260,28 +299,53 @@ pub(crate) fn matmul_tiles(k: &mut K, a: &Operand, b: &Operand, epi: &Job, spo: 
         let gb = format!("g{}", k.em.buf[&resolve(g, a.v).base]);
         let _ = writeln!(c, "AscendC::GlobalTensor<{ta}> ga = {gb}[a_row{ac}];");
     }
-    if b.staged {
-        let _ = writeln!(c, "AscendC::GlobalTensor<{tb}> gbm = wb[bi * K * N + n0];");
-    } else {
-        row_offsets(&k.em, &b.sp, "bi * K", c);
-        let ac = b.sp.accesses[&b.v];
-        let gb = format!("g{}", k.em.buf[&resolve(g, b.v).base]);
-        let col = if b.trans { format!("n0 * ({})", b.ld) } else { "n0".into() };
-        let _ = writeln!(c, "AscendC::GlobalTensor<{tb}> gbm = {gb}[b_row{ac} + {col}];");
+    product(c, &k.em, ("mm", "wc", "gbm"), a, b, bs.is_some());
+    if let Some(bs) = bs {
+        product(c, &k.em, ("mm1", "wc1", "gbs"), a, bs, true);
     }
-    // SetOrgShape comes before SetTensorA/B and SetSingleShape (SetOrgShape.md, constraints);
-    // its fifth argument is C's row stride (the tile is NC wide, B's rows N).
-    let org = org_shape("M", "N", "K", (a.trans, &a.ld), (b.trans, &b.ld), "NC");
-    let _ = writeln!(c, "mm.SetOrgShape({org});");
-    let _ = writeln!(c, "mm.SetTensorA(ga, {});", a.trans);
-    let _ = writeln!(c, "mm.SetTensorB(gbm, {});", b.trans);
-    c.line("mm.SetSingleShape((int)mlen, (int)nlen, (int)K);");
-    c.line("mm.IterateAll(wc);");
     c.block_noted("for (int64_t ti = 0; ti < mlen; ++ti)", "epilogue, row by row", |c| {
         c.line("const int64_t orow = bi * M + m0 + ti;");
         row_offsets(&k.em, spo, "orow", c);
         epi.emit(&mut k.ub, c);
     });
     c.close();
-    c.line("mm.End();");
+    if bs.is_none() {
+        c.line("mm.End();");
+    }
+}
+
+/// One product of a tile: B's panel of the tile (`gb`), then `obj` computes C into `wc` (and
+/// ends, when two objects take turns on the cube).
+fn product(
+    c: &mut Code,
+    em: &Emitter,
+    (obj, wc, gb): (&str, &str, &str),
+    a: &Operand,
+    b: &Operand,
+    end: bool,
+) {
+    let tb = ascend_type(b.ty);
+    if b.staged {
+        let w = format!("w{}", b.sp.tag);
+        let _ = writeln!(c, "AscendC::GlobalTensor<{tb}> {gb} = {w}[bi * K * N + n0];");
+    } else {
+        let tag = b.sp.tag;
+        row_offsets(em, &b.sp, "bi * K", c);
+        let ac = b.sp.accesses[&b.v];
+        let gbuf = format!("g{}", em.buf[&resolve(em.g, b.v).base]);
+        let col = if b.trans { format!("n0 * ({})", b.ld) } else { "n0".into() };
+        let _ = writeln!(c, "AscendC::GlobalTensor<{tb}> {gb} = {gbuf}[{tag}_row{ac} + {col}];");
+    }
+    // SetOrgShape comes before SetTensorA/B and SetSingleShape (SetOrgShape.md, constraints);
+    // its fifth argument is C's row stride (the tile is NC wide, B's rows N).
+    let org = org_shape("M", "N", "K", (a.trans, &a.ld), (b.trans, &b.ld), "NC");
+    let _ = writeln!(c, "{obj}.SetOrgShape({org});");
+    let _ = writeln!(c, "{obj}.SetTensorA(ga, {});", a.trans);
+    let _ = writeln!(c, "{obj}.SetTensorB({gb}, {});", b.trans);
+    let _ = writeln!(c, "{obj}.SetSingleShape((int)mlen, (int)nlen, (int)K);");
+    let _ = writeln!(c, "{obj}.IterateAll({wc});");
+    if end {
+        // The objects share the cube's L1 / L0C: each releases them before the other runs.
+        let _ = writeln!(c, "{obj}.End();");
+    }
 }

@@ -25,6 +25,9 @@ pub(crate) struct MatMulDims {
     pub(crate) nn: f64,
     pub(crate) k: f64,
     pub(crate) batch: f64,
+    /// Products per output tile: 2 with a sibling matmul (`group::matmul_siblings`).
+    pub(crate) products: f64,
+    /// The flops of every product.
     pub(crate) mm_flops: f64,
 }
 
@@ -38,9 +41,15 @@ impl MatMulDims {
         let (m, nn) = (cx.n(&out[r - 2]), cx.n(&out[r - 1]));
         let k = cx.n(g.node(an.inputs[0]).shape.last().unwrap());
         let batch = cx.n(&numel(&out[..r - 2])).max(1.0);
-        let mm_flops = 2.0 * batch * m * nn * k;
-        MatMulDims { m, nn, k, batch, mm_flops }
+        let products = 1.0 + siblings(kernel, anchor).len() as f64;
+        let mm_flops = 2.0 * batch * m * nn * k * products;
+        MatMulDims { m, nn, k, batch, products, mm_flops }
     }
+}
+
+/// The sibling products of `anchor` in the kernel.
+fn siblings(kernel: &Kernel, anchor: NodeId) -> Vec<NodeId> {
+    crate::group::matmul_siblings(kernel.g, anchor, kernel.members)
 }
 
 /// What a matmul kernel reads and computes besides the product: the A side (with the
@@ -76,10 +85,14 @@ impl MatMulTraffic {
             .filter(|i| pro.iter().any(|p| g.node(*p).inputs.contains(i)) || *i == an.inputs[0])
             .collect();
         let b_in = an.inputs[1];
+        // Every product's B streams the same way (the sibling's beside the anchor's).
+        let bs: Vec<NodeId> = std::iter::once(b_in)
+            .chain(siblings(kernel, a).iter().map(|s| g.node(*s).inputs[1]))
+            .collect();
         let other: Vec<NodeId> =
-            ins.iter().copied().filter(|i| !a_in.contains(i) && *i != b_in).collect();
+            ins.iter().copied().filter(|i| !a_in.contains(i) && !bs.contains(i)).collect();
         let a_bytes: f64 = a_in.iter().map(|i| cx.bytes(*i)).sum();
-        let b_bytes = cx.bytes(b_in);
+        let b_bytes = bs.iter().map(|b| cx.bytes(*b)).sum();
         let epi_bytes: f64 = other.iter().map(|i| cx.bytes(*i)).sum();
         // Counted as `Kernel::new` counts the vector work (a reduction over its input).
         let flops_of = |p: &NodeId| cx.n(&numel(&iter_shape(g, *p))) * op_weight(&g.node(*p).op);
@@ -165,13 +178,13 @@ impl Packing {
         mt: f64,
         nt: f64,
     ) -> f64 {
-        let MatMulDims { m, nn, k, batch, .. } = *dims;
+        let MatMulDims { m, nn, k, batch, products, .. } = *dims;
         // A is packed once per N tile (a scatter into MR-row slivers, at the
         // calibrated packing rate), B once per M tile: when B's rows are
         // contiguous that is a cache-resident copy of NR-wide rows (read and
         // written once at the in-cache bandwidth); a transposed B is gathered
         // at the packing rate.
-        let b_elems = batch * k * nn * mt;
+        let b_elems = batch * k * nn * mt * products;
         let pack_b = if self.b_prepacked {
             0.0
         } else if self.b_rows_contiguous && target.pack_elems_per_us > 0.0 {
@@ -201,12 +214,14 @@ pub(crate) fn matmul_blockings(target: &Target) -> (Vec<f64>, Vec<f64>, Vec<f64>
     }
 }
 
-/// On-chip bytes per core of an (mc, nc, kc) block with `epi_inputs` epilogue inputs.
+/// On-chip bytes per core of an (mc, nc, kc) block with `epi_inputs` epilogue inputs and
+/// `products` C blocks.
 pub(crate) fn matmul_onchip(
     cx: &Ctx,
     target: &Target,
     (mc, nc, kc): (f64, f64, f64),
     epi_inputs: usize,
+    products: f64,
 ) -> Vec<(String, u64)> {
     let ob = target.matmul_operand_bytes as f64;
     let db = if target.double_buffer { 2.0 } else { 1.0 };
@@ -217,15 +232,18 @@ pub(crate) fn matmul_onchip(
             ("l0a".into(), cx.align(mc * k0 * ob * db)),
             ("l0b".into(), cx.align(k0 * nc * ob * db)),
             ("l0c".into(), cx.align(mc * nc * 4.0)),
-            // The epilogue streams each C row (from the AIV's GM tile) with its inputs
+            // The epilogue streams each C row (from the AIV's GM tiles) with its inputs
             // through UB in chunks of at most the tile's width, as rows kernels do.
             (
                 target.vector_memory().into(),
-                cx.align(nc.min(256.0) * 4.0 * ((1.0 + epi_inputs as f64) * db + 1.0)),
+                cx.align(nc.min(256.0) * 4.0 * ((products + epi_inputs as f64) * db + 1.0)),
             ),
         ]
     } else {
-        vec![(target.vector_memory().into(), cx.align((mc * kc + kc * nc + mc * nc) * 4.0))]
+        vec![(
+            target.vector_memory().into(),
+            cx.align((mc * kc + kc * nc + mc * nc * products) * 4.0),
+        )]
     }
 }
 
@@ -237,7 +255,7 @@ pub(crate) fn matmul_tilings(
     packing: &Packing,
 ) -> Vec<Cand> {
     let (target, cx, out_bytes) = (kernel.target, &kernel.cx, kernel.out_bytes);
-    let MatMulDims { m, nn, k, batch, mm_flops } = *dims;
+    let MatMulDims { m, nn, k, batch, products, mm_flops } = *dims;
     let (mcs, ncs, kcs) = matmul_blockings(target);
     let mut cands: Vec<Cand> = Vec::new();
     for &mc in &mcs {
@@ -255,7 +273,7 @@ pub(crate) fn matmul_tilings(
                 let flops_v = pro_v * nt + traffic.epi_flops;
                 let eff = (mc / (mc + 8.0)) * (nc / (nc + 16.0));
                 let tiles = batch * mt * nt;
-                let use_ = matmul_onchip(cx, target, (mc, nc, kc), traffic.other.len());
+                let use_ = matmul_onchip(cx, target, (mc, nc, kc), traffic.other.len(), products);
                 let pack = packing.time_us(cx, target, dims, mt, nt);
                 let (exec, mem, comp, wave) = cx.exec_us(
                     bytes,

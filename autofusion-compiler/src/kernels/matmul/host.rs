@@ -13,15 +13,18 @@ pub(crate) fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work
     let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
     let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
     body.line("const int64_t hoff = 0;");
-    let (batch, m, n, k) = gen_matmul_part(em, grp.anchor.unwrap(), &members, &outputs, body);
-    Work::MatMul { batch, m, n, k }
+    let (batch, m, n, k, products) =
+        gen_matmul_part(em, grp.anchor.unwrap(), &members, &outputs, body);
+    Work::MatMul { batch, m, n, k, products }
 }
 
 /// One matmul of a kernel with its prologue and epilogue, and how its operands are read.
 pub(crate) struct MatmulPart {
     pub(crate) anchor: NodeId,
     pub(crate) a_in: NodeId,
-    pub(crate) b_in: NodeId,
+    /// The anchor's B, then its sibling's (`group::matmul_siblings`), each product into its
+    /// own C block (`Cc`, `Cc1`).
+    pub(crate) products: Vec<Product>,
     pub(crate) out_shape: Shape,
     pub(crate) k_dim: DimExpr,
     pub(crate) batch: Shape,
@@ -30,17 +33,46 @@ pub(crate) struct MatmulPart {
     /// The other members, applied while storing C.
     pub(crate) epilogue: Vec<NodeId>,
     pub(crate) spa: Space,
-    pub(crate) spb: Space,
     pub(crate) spo: Space,
-    /// The `bufs` slot of B, its element type and (C) the index of the packed matrix batch
-    /// index `bi` reads, when B is packed once per weight tensor.
-    pub(crate) packed: Option<(usize, DType, String)>,
     /// A is read in place by the micro-kernel (no packing).
     pub(crate) a_direct: bool,
     /// (batch, M) as the loops walk them: the batch folded into the rows when one B serves
     /// every batch index (see `rows_over_batch`).
     pub(crate) loop_batch: DimExpr,
     pub(crate) loop_m: DimExpr,
+}
+
+/// One product of a matmul kernel: the matmul, its B operand and how B is read.
+pub(crate) struct Product {
+    pub(crate) node: NodeId,
+    pub(crate) b_in: NodeId,
+    pub(crate) spb: Space,
+    /// The `bufs` slot of B, its element type and (C) the index of the packed matrix batch
+    /// index `bi` reads, when B is packed once per weight tensor.
+    pub(crate) packed: Option<(usize, DType, String)>,
+}
+
+impl Product {
+    /// B read from a parameter (a weight) is packed once per tensor by a pack function the
+    /// runtime runs (see `abi::PackMeta`); any other B is packed in the kernel, one sliver at a
+    /// time (`tag` names its space).
+    fn new(em: &mut Emitter, node: NodeId, b_shape: &Shape, tag: &'static str) -> Product {
+        let g = em.g;
+        let b_in = g.node(node).inputs[1];
+        let mut spb = Space { tag, shape: b_shape.clone(), accesses: BTreeMap::new() };
+        let packed = matches!(g.node(resolve(g, b_in).base).op, Op::Param { .. }).then(|| {
+            let (slot, index) = pack_b(em, b_shape, b_in);
+            (slot, g.node(b_in).dtype, index)
+        });
+        if packed.is_none() {
+            em.access(&mut spb, b_in);
+        }
+        Product { node, b_in, spb, packed }
+    }
+    /// The C block this product accumulates in (the anchor's first).
+    fn c_block(i: usize) -> String {
+        numbered("Cc", i)
+    }
 }
 
 /// Splits the members around the anchor, declares the accesses of the spaces of A, B and the
@@ -53,7 +85,7 @@ pub(crate) fn matmul_part(
     let g = em.g;
     let out_shape = g.node(anchor).shape.clone();
     let r = out_shape.len();
-    let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
+    let a_in = g.node(anchor).inputs[0];
     let k_dim = g.node(a_in).shape.last().unwrap().clone();
     let batch: Shape = out_shape[..r - 2].to_vec();
     let mut a_shape = batch.clone();
@@ -62,32 +94,32 @@ pub(crate) fn matmul_part(
     let mut b_shape = batch.clone();
     b_shape.push(k_dim.clone());
     b_shape.push(out_shape[r - 1].clone());
-    // Prologue = members upstream of the anchor; epilogue = the rest.
+    // Prologue = members upstream of the anchor; the sibling product; epilogue = the rest.
     let prologue = crate::group::prologue_of(g, anchor, |i| members.contains(i));
-    let epilogue: Vec<NodeId> =
-        members.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
+    let siblings = crate::group::matmul_siblings(g, anchor, members);
+    let epilogue: Vec<NodeId> = members
+        .iter()
+        .copied()
+        .filter(|m| *m != anchor && !prologue.contains(m) && !siblings.contains(m))
+        .collect();
     let mut spa = Space { tag: "a", shape: a_shape, accesses: BTreeMap::new() };
-    let mut spb = Space { tag: "b", shape: b_shape.clone(), accesses: BTreeMap::new() };
     let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
     access_operands(em, &mut spa, prologue.iter().copied(), members);
     if !members.contains(&a_in) {
         em.access(&mut spa, a_in);
     }
-    // B read from a parameter (a weight) is packed once per tensor by a pack function the
-    // runtime runs (see `abi::PackMeta`); any other B is packed here, one sliver at a time.
-    let packed = matches!(g.node(resolve(g, b_in).base).op, Op::Param { .. }).then(|| {
-        let (slot, index) = pack_b(em, &b_shape, b_in);
-        (slot, g.node(b_in).dtype, index)
-    });
-    if packed.is_none() {
-        em.access(&mut spb, b_in);
+    let mut products = vec![Product::new(em, anchor, &b_shape, "b")];
+    for s in siblings {
+        products.push(Product::new(em, s, &b_shape, "bs"));
     }
     access_operands(em, &mut spo, epilogue.iter().copied(), members);
     // A of f32 with contiguous rows and no prologue is read in place by the micro-kernel.
     let a_direct =
         prologue.is_empty() && g.node(a_in).dtype.is_compute() && !em.strided_cols(&spa, a_in);
     let m_dim = out_shape[r - 2].clone();
-    let (loop_batch, loop_m) = if rows_over_batch(g, &packed, &batch, &m_dim, a_direct, a_in) {
+    let over_batch =
+        products.iter().all(|p| rows_over_batch(g, &p.packed, &batch, &m_dim, a_direct, a_in));
+    let (loop_batch, loop_m) = if over_batch {
         (DimExpr::constant(1), numel(&batch).mul(&m_dim))
     } else {
         (numel(&batch), m_dim)
@@ -95,16 +127,14 @@ pub(crate) fn matmul_part(
     MatmulPart {
         anchor,
         a_in,
-        b_in,
+        products,
         out_shape,
         k_dim,
         batch,
         prologue,
         epilogue,
         spa,
-        spb,
         spo,
-        packed,
         a_direct,
         loop_batch,
         loop_m,
@@ -152,20 +182,23 @@ pub(crate) fn gen_matmul_part(
     members: &BTreeSet<NodeId>,
     outputs: &BTreeSet<NodeId>,
     body: &mut Code,
-) -> (DimExpr, DimExpr, DimExpr, DimExpr) {
+) -> (DimExpr, DimExpr, DimExpr, DimExpr, u32) {
     let mp = matmul_part(em, anchor, members);
     let em: &Emitter = em;
     matmul_setup(em, &mp, body);
     body.block("for (int64_t u = u0; u < u1; ++u)", |c| {
         c.line("const int64_t bi = u / (mt * nt), mi = (u / nt) % mt, ni = u % nt;");
         c.line("const int64_t m0 = mi * MC, n0 = ni * NC, mlen = af_min64(MC, M - m0), nlen = af_min64(NC, N - n0);");
-        c.line("if (K <= 0) memset(Cc, 0, sizeof(float) * (size_t)(mlen * LDC));");
+        for i in 0..mp.products.len() {
+            let cc = Product::c_block(i);
+            c.line(format!("if (K <= 0) memset({cc}, 0, sizeof(float) * (size_t)(mlen * LDC));"));
+        }
         k_blocks(em, &mp, members, c);
         // Epilogue while storing C.
         store_c(em, &mp, members, outputs, c);
     });
     let r = mp.out_shape.len();
-    (mp.loop_batch, mp.loop_m, mp.out_shape[r - 1].clone(), mp.k_dim)
+    (mp.loop_batch, mp.loop_m, mp.out_shape[r - 1].clone(), mp.k_dim, mp.products.len() as u32)
 }
 
 /// The sizes, tiling, micro-kernel, scratch layout and work units of a matmul part.
@@ -180,20 +213,26 @@ pub(crate) fn matmul_setup(em: &Emitter, mp: &MatmulPart, c: &mut Code) {
     c.line("const int64_t MC = t->mc, NC = t->nc, KC = t->kc;");
     c.line("const af_isa_info isa = af_isa();");
     c.line("const int64_t MR = isa.mr, NR = isa.nr;");
-    if let Some((slot, dt, _)) = &mp.packed {
-        let (t, what) = match dt {
-            DType::F32 => ("float", "B"),
-            DType::F16 => ("uint16_t", "B (f16 bits)"),
-            DType::BF16 => ("uint16_t", "B (bf16 bits)"),
-            DType::I64 | DType::I32 | DType::Bool => {
-                unreachable!("matmul operands are floats (ir::infer)")
-            }
-        };
-        c.line(format!("const {t} *restrict Bpk = (const {t} *)bufs[{slot}]; /* {what}, packed once per weight tensor */"));
+    for (i, p) in mp.products.iter().enumerate() {
+        if let Some((slot, dt, _)) = &p.packed {
+            let t = ctype(*dt);
+            let what = if dt.is_compute() { "B".into() } else { format!("B ({} bits)", dt.name()) };
+            let bpk = packed_b(i);
+            c.line(format!("const {t} *restrict {bpk} = (const {t} *)bufs[{slot}]; /* {what} of `{}`, packed once per weight tensor */", em.g.node(p.node).name));
+        }
+    }
+    if mp.products.iter().any(|p| p.packed.is_some()) {
         c.line("const int64_t nsl = (N + NR - 1) / NR;");
     }
     c.line("float *Ap = scratch, *Ar = Ap + (MC + AF_MR_MAX) * KC, *Bs = Ar + KC, *Cc = Bs + KC * AF_NR_MAX;");
     c.line("const int64_t LDC = NC + 16; /* C block rows padded by a cache line: no 4 KiB aliasing between rows */");
+    for i in 1..mp.products.len() {
+        let (cc, prev) = (Product::c_block(i), Product::c_block(i - 1));
+        c.line(format!(
+            "float *{cc} = {prev} + MC * LDC; /* the C block of `{}` */",
+            em.g.node(mp.products[i].node).name
+        ));
+    }
     c.line("(void)Ar;");
     c.line(
         "const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;",
@@ -219,26 +258,56 @@ pub(crate) fn k_blocks(em: &Emitter, mp: &MatmulPart, members: &BTreeSet<NodeId>
             // Pack A in slivers of MR rows, applying the prologue once per row of the block.
             pack_a(em, mp, members, c);
         }
-        c.block("for (int64_t jr = 0; jr < nlen; jr += NR)", |c| {
-            c.line("const int64_t nr = af_min64(NR, nlen - jr);");
-            if let Some((_, dt, pbi)) = &mp.packed {
-                // NC is a multiple of NR_MAX (or N has one tile), so n0 + jr starts a sliver.
-                let t = ctype(*dt);
-                c.line(format!("const {t} *restrict bsl = Bpk + (({pbi} * nsl + (n0 + jr) / NR) * K + k0) * NR;"));
-            } else {
-                c.line("/* pack one sliver of B */");
-                b_sliver(em, &mp.spb, mp.b_in, ("k0", "klen"), "n0 + jr", "Bs", false, c);
+        // Each product's slivers of B against the block of A (packed once for all).
+        for (i, p) in mp.products.iter().enumerate() {
+            if i > 0 {
+                c.line(format!("/* the sibling product `{}` */", em.g.node(p.node).name));
             }
-            let asrc =
-                if mp.a_direct { "Ab + ir * lda + k0, lda, 1" } else { "Ap + ir * klen, 1, MR" };
-            let tiles = "for (int64_t ir = 0; ir < mlen; ir += MR)";
-            let call = |uk: &str, b: &str| format!("isa.{uk}(klen, {asrc}, {b}, Cc + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);");
-            match &mp.packed {
-                None => nested_loops(c, &[tiles], &call("uk", "Bs")),
-                Some((_, dt, _)) => widen_or_direct(*dt, tiles, &call, c),
-            }
-        });
+            b_slivers(em, mp, i, c);
+        }
     });
+}
+
+/// The slivers of product `i`'s B over the tile's columns, each through the micro-kernel
+/// into the product's C block.
+fn b_slivers(em: &Emitter, mp: &MatmulPart, i: usize, c: &mut Code) {
+    let p = &mp.products[i];
+    let cc = Product::c_block(i);
+    c.block("for (int64_t jr = 0; jr < nlen; jr += NR)", |c| {
+        c.line("const int64_t nr = af_min64(NR, nlen - jr);");
+        if let Some((_, dt, pbi)) = &p.packed {
+            // NC is a multiple of NR_MAX (or N has one tile), so n0 + jr starts a sliver.
+            let t = ctype(*dt);
+            let bpk = packed_b(i);
+            c.line(format!(
+                "const {t} *restrict bsl = {bpk} + (({pbi} * nsl + (n0 + jr) / NR) * K + k0) * NR;"
+            ));
+        } else {
+            c.line("/* pack one sliver of B */");
+            b_sliver(em, &p.spb, p.b_in, ("k0", "klen"), "n0 + jr", "Bs", false, c);
+        }
+        let asrc = if mp.a_direct { "Ab + ir * lda + k0, lda, 1" } else { "Ap + ir * klen, 1, MR" };
+        let tiles = "for (int64_t ir = 0; ir < mlen; ir += MR)";
+        let call = |uk: &str, b: &str| format!("isa.{uk}(klen, {asrc}, {b}, {cc} + ir * LDC + jr, LDC, af_min64(MR, mlen - ir), nr, k0 > 0);");
+        match &p.packed {
+            None => nested_loops(c, &[tiles], &call("uk", "Bs")),
+            Some((_, dt, _)) => widen_or_direct(*dt, tiles, &call, c),
+        }
+    });
+}
+
+/// The packed B of product `i` in the kernel (`Bpk`, `Bpk1`).
+fn packed_b(i: usize) -> String {
+    numbered("Bpk", i)
+}
+
+/// The C name of product `i`'s `base` variable: the anchor's unnumbered, as before siblings.
+fn numbered(base: &str, i: usize) -> String {
+    if i == 0 {
+        base.into()
+    } else {
+        format!("{base}{i}")
+    }
 }
 
 /// The micro-kernel calls on a sliver of a 16-bit weight: several row tiles reuse the sliver,
@@ -402,6 +471,18 @@ pub(crate) fn store_c(
             ));
             if outputs.contains(&mp.anchor) {
                 c.line(store_out(em, mp.anchor, "orow + c"));
+            }
+            for (i, p) in mp.products.iter().enumerate().skip(1) {
+                let acc =
+                    round_to(g.node(p.node).dtype, format!("{}[m * LDC + n]", Product::c_block(i)));
+                c.line(format!(
+                    "const float {} = {acc}; /* {} */",
+                    em.var(p.node),
+                    g.node(p.node).name
+                ));
+                if outputs.contains(&p.node) {
+                    c.line(store_out(em, p.node, "orow + c"));
+                }
             }
             for &m in &mp.epilogue {
                 c.line(member_def(em, &mp.spo, members, &|x| Some(em.var(x)), m, "c"));

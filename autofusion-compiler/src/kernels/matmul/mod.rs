@@ -60,10 +60,12 @@ pub(crate) fn check_part(
     let a_shape = &g.node(g.node(anchor).inputs[0]).shape;
     crate::kernels::rows::rotations_read_memory(g, &pro, a_shape, &prologue)?;
     let out = &g.node(anchor).shape;
+    let siblings = crate::group::matmul_siblings(g, anchor, members);
+    check_siblings(g, anchor, &siblings, members)?;
     for m in members.iter().filter(|m| **m != anchor && !prologue.contains(m)) {
         let n = g.node(*m);
-        if n.op == Op::MatMul {
-            return Err(format!("a second matmul `{}` in a matmul kernel", n.name));
+        if siblings.contains(m) {
+            continue;
         }
         if !n.op.is_elementwise() {
             return Err(format!(
@@ -78,6 +80,43 @@ pub(crate) fn check_part(
                 "`{}` in the epilogue of `{}` does not have the matmul's output shape",
                 n.name,
                 g.node(anchor).name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A matmul kernel computes at most one sibling product beside its anchor: a matmul of the
+/// anchor's A operand (the same node, so one packing serves both) with the anchor's output
+/// shape and a B read from memory, whose product the epilogue reads from its own C block.
+fn check_siblings(
+    g: &Graph,
+    anchor: NodeId,
+    siblings: &[NodeId],
+    members: &BTreeSet<NodeId>,
+) -> Result<(), String> {
+    let an = g.node(anchor);
+    if siblings.len() > 1 {
+        return Err(format!("`{}` has more than one sibling matmul in its kernel", an.name));
+    }
+    for s in siblings {
+        let sn = g.node(*s);
+        if sn.inputs[0] != an.inputs[0] {
+            return Err(format!(
+                "a second matmul `{}` in the kernel of `{}` reads another A operand",
+                sn.name, an.name
+            ));
+        }
+        if sn.shape != an.shape {
+            return Err(format!(
+                "the sibling matmul `{}` does not have the shape of `{}`",
+                sn.name, an.name
+            ));
+        }
+        if members.contains(&sn.inputs[1]) {
+            return Err(format!(
+                "the sibling matmul `{}` reads a B computed in the kernel",
+                sn.name
             ));
         }
     }

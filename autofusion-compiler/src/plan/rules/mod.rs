@@ -17,6 +17,7 @@ mod norm_linear_prologue;
 mod pipeline;
 mod qkv_horizontal;
 mod reduce_epilogue;
+mod sibling_matmul;
 
 use super::planner::{Move, Planner};
 use super::{Candidate, Group, Reason};
@@ -36,10 +37,11 @@ pub enum Rule {
     LayoutStore,
     QkvHorizontal,
     Pipeline,
+    SiblingMatmul,
 }
 
 impl Rule {
-    pub const ALL: [Rule; 9] = [
+    pub const ALL: [Rule; 10] = [
         Rule::ElementwiseChain,
         Rule::ReduceEpilogue,
         Rule::AddNorm,
@@ -49,6 +51,7 @@ impl Rule {
         Rule::LayoutStore,
         Rule::QkvHorizontal,
         Rule::Pipeline,
+        Rule::SiblingMatmul,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -61,6 +64,7 @@ impl Rule {
             Rule::LayoutStore => "layout_store",
             Rule::QkvHorizontal => "qkv_horizontal",
             Rule::Pipeline => "pipeline",
+            Rule::SiblingMatmul => "sibling_matmul",
         }
     }
     pub fn parse(s: &str) -> Option<Rule> {
@@ -71,14 +75,16 @@ impl Rule {
         match self {
             Rule::ElementwiseChain | Rule::ReduceEpilogue | Rule::AddNorm => 1,
             Rule::LinearEpilogue | Rule::NormLinearPrologue | Rule::LayoutStore => 2,
-            Rule::FlashAttention | Rule::QkvHorizontal | Rule::Pipeline => 3,
+            Rule::FlashAttention | Rule::QkvHorizontal | Rule::Pipeline | Rule::SiblingMatmul => 3,
         }
     }
     /// Rules this one extends: alone it would form nothing (a layout store extends a flash
-    /// kernel). "Each rule alone" in the tests turns these on with it.
+    /// kernel, a sibling product a matmul's epilogue). "Each rule alone" in the tests turns these on with it.
     pub fn builds_on(self) -> &'static [Rule] {
         match self {
             Rule::LayoutStore => &[Rule::FlashAttention],
+            // The sibling joins a matmul whose epilogue reads it.
+            Rule::SiblingMatmul => &[Rule::LinearEpilogue],
             _ => &[],
         }
     }
@@ -187,7 +193,7 @@ pub(in crate::plan) trait FusionRule: Sync {
 }
 
 /// Every rule, in the order the planner consults them (and reports their moves).
-pub(in crate::plan) static PIPELINE: [&dyn FusionRule; 9] = [
+pub(in crate::plan) static PIPELINE: [&dyn FusionRule; 10] = [
     &flash_attention::FlashAttention,
     &layout_store::LayoutStore,
     &elementwise_chain::ElementwiseChain,
@@ -195,6 +201,7 @@ pub(in crate::plan) static PIPELINE: [&dyn FusionRule; 9] = [
     &add_norm::AddNorm,
     &linear_epilogue::LinearEpilogue,
     &norm_linear_prologue::NormLinearPrologue,
+    &sibling_matmul::SiblingMatmul,
     &qkv_horizontal::QkvHorizontal,
     &pipeline::Pipeline,
 ];
