@@ -119,3 +119,58 @@ fn rope_spelled_with_slices_becomes_one_rotate_half() {
         }
     }
 }
+
+/// Attention whose output heads move back with chained swaps, as the DSL layers and
+/// exporters write it (`transpose(transpose(a, 1, 2), 0, 1)`): canon composes them into one
+/// permutation, so at opt_level 3 the flash kernel stores its output straight in the permuted
+/// layout (`layout_store`, no copy kernel), and the result equals the same graph written with
+/// the single permutation.
+#[test]
+fn chained_transposes_become_one_and_attention_stores_in_place() {
+    let (s, c) = (DimExpr::sym("S"), DimExpr::constant);
+    let graph = |chained: bool| {
+        let mut b = GraphBuilder::new(if chained { "heads_chained" } else { "heads_single" });
+        let q = b.param("q", DType::F32, vec![c(2), c(3), s.clone(), c(8)]);
+        let k = b.param("k", DType::F32, vec![c(2), c(1), s.clone(), c(8)]);
+        let v = b.param("v", DType::F32, vec![c(2), c(1), s.clone(), c(8)]);
+        let att = Op::Attention { scale: 0.35, causal: true, mask: false };
+        let a = b.op(att, &[q, k, v], "a").unwrap();
+        let t = if chained {
+            let t = b.op(Op::Transpose { perm: vec![0, 2, 1, 3] }, &[a], "a_t1").unwrap();
+            b.op(Op::Transpose { perm: vec![1, 0, 2, 3] }, &[t], "a_t2").unwrap()
+        } else {
+            b.op(Op::Transpose { perm: vec![2, 0, 1, 3] }, &[a], "a_t").unwrap()
+        };
+        let r = b.reshape(t, vec![s.clone(), c(48)], "a_r").unwrap();
+        let y = b.binary(BinaryOp::Add, r, r, "y").unwrap();
+        b.output(y);
+        b.finish().unwrap()
+    };
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("builder");
+    let target = autofusion_compiler::target::Target::host();
+    let opts = Options { opt_level: 3, ..Options::default() };
+    let unit = Unit::from_graph(graph(true), opts.clone()).unwrap();
+    let g = &unit.graph;
+    let is_transpose = |n: &autofusion_compiler::ir::Node| matches!(n.op, Op::Transpose { .. });
+    let chained = g.nodes.iter().filter(|n| is_transpose(n) && is_transpose(g.node(n.inputs[0])));
+    assert_eq!(chained.count(), 0, "no transpose of a transpose is left");
+    let composed = Op::Transpose { perm: vec![2, 0, 1, 3] };
+    assert!(g.nodes.iter().any(|n| n.op == composed), "the heads' permutation composed");
+    let plan = &unit.variant(Variant::Fused, &target).plan;
+    let copy_only = plan
+        .groups
+        .iter()
+        .filter(|grp| grp.nodes.iter().all(|m| matches!(g.node(*m).op, Op::Copy | Op::Reshape)));
+    assert_eq!(copy_only.count(), 0, "no copy kernel for the permuted heads");
+    let single = Unit::from_graph(graph(false), opts).unwrap();
+    let m = common::load(&unit, Variant::Fused, &target, &dir, &[]).unwrap();
+    let want_m = common::load(&single, Variant::Unfused, &target, &dir, &[]).unwrap();
+    for sv in [1i64, 5, 33] {
+        let ins = common::inputs(m.graph(), &[sv], sv as u64);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let got = m.run(&refs).unwrap();
+        common::assert_close(&format!("S = {sv}, reference"), &got, &m.reference(&refs).unwrap());
+        let want = want_m.reference(&refs).unwrap();
+        common::assert_close(&format!("S = {sv}, single permutation"), &got, &want);
+    }
+}

@@ -195,6 +195,7 @@ impl B {
                 self.attention(&ins, *scale, *causal, *mask, n.dtype)
             }
             Op::Rope => self.rope(ins[0], ins[1], ins[2]),
+            Op::Transpose { perm } => self.transpose(ins[0], perm, n),
             Op::Reshape if !contiguous(&self.nodes, ins[0]) => {
                 let c = self.add(Op::Copy, vec![ins[0]], None, "contig");
                 let target = n.shape.clone();
@@ -204,6 +205,23 @@ impl B {
                 let tgt = (n.dtype, &n.shape);
                 self.add(op.clone(), ins, Some(tgt), "")
             }
+        }
+    }
+
+    /// `transpose(x, perm)`, composed with `x`'s own permutation when `x` is a transpose:
+    /// models move heads with chained swaps (`transpose(transpose(a, 1, 2), 0, 1)`), and one
+    /// permutation is a view `layout_store` can match, so the kernel computing `a` writes the
+    /// permuted copy itself.
+    fn transpose(&mut self, x: NodeId, perm: &[usize], n: &Node) -> NodeId {
+        let target = (n.dtype, &n.shape);
+        match &self.nodes[x.idx()].op {
+            Op::Transpose { perm: inner } => {
+                let src = self.nodes[x.idx()].inputs[0];
+                // Axis i of the result is axis perm[i] of x, which is axis inner[perm[i]] of src.
+                let composed: Vec<usize> = perm.iter().map(|&i| inner[i]).collect();
+                self.add(Op::Transpose { perm: composed }, vec![src], Some(target), "")
+            }
+            _ => self.add(Op::Transpose { perm: perm.to_vec() }, vec![x], Some(target), ""),
         }
     }
 
