@@ -677,3 +677,44 @@ fn hugging_face_models_built_into_the_crate_run_on_the_ascend_device() {
     let torch = [out("llama_model_ts.out0.bin", &[2, 7, 99])];
     common::assert_close("llama_onnx on Ascend vs torch", &[logits], &torch);
 }
+
+/// Three projections of one normed activation (`qkv_horizontal`) as one Ascend kernel whose
+/// parts need different Matmul objects (B as stored, B transposed: a `[N, K]` weight), each
+/// with its own epilogue and the RMSNorm as its prologue (A staged). Planned under a profile
+/// where launches are dear, so every merge pays; in its own launch and inside the
+/// opt_level-3 pipeline, against the reference.
+#[test]
+fn horizontal_projections_of_mixed_layouts_match_the_reference_on_ascend() {
+    use autofusion_compiler::group::GroupKind;
+    use autofusion_compiler::ir::Op;
+    use autofusion_compiler::plan::{Rule, RuleSet};
+    let graph = decoder_graphs::mixed_projections();
+    let dear = Target { launch_us: 50.0, ..Target::ascend910b() };
+    let mut rules = RuleSet::all();
+    rules.insert(Rule::QkvHorizontal);
+    let mut alone = rules;
+    alone.remove(Rule::Pipeline);
+    for (label, rules) in [("own launch", alone), ("pipeline", rules)] {
+        let opts = autofusion_compiler::Options { opt_level: 3, rules, ..Default::default() };
+        let unit = Unit::from_graph(graph.clone(), opts).unwrap();
+        let what = format!("mixed projections, {label}");
+        let (built, m) =
+            build_and_load(&unit, &dear, &format!("hz_{}", rules.names().len()), &what);
+        let horizontal: Vec<_> =
+            built.plan.groups.iter().filter(|g| g.kind == GroupKind::Horizontal).collect();
+        assert_eq!(horizontal.len(), 1, "{what}: {:?}", built.plan.groups);
+        let matmuls = horizontal[0].nodes.iter().filter(|n| unit.graph.node(**n).op == Op::MatMul);
+        assert_eq!(matmuls.count(), 3, "{what}");
+        // B as stored and B transposed take two objects; each part stages its normed A.
+        let code = &built.source.code;
+        assert!(code.contains("mm1.End();"), "{what}: one Matmul object for every layout");
+        assert_eq!(code.matches("stage A (the norm prologue").count(), 3, "{what}");
+        for s in [1i64, 7, 100] {
+            let ins = common::inputs(&unit.graph, &[s], s as u64 + 5);
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            let want = autofusion_runtime::reference::run(&unit.graph, &refs, &[s]).unwrap();
+            let got = m.run(0, &refs).unwrap_or_else(|e| panic!("{what}, S = {s}: {e}"));
+            common::assert_close(&format!("Ascend: {what}, S = {s}"), &got, &want);
+        }
+    }
+}

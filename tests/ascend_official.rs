@@ -124,8 +124,16 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
     let opts = autofusion_compiler::Options { opt_level: 3, ..Default::default() };
     let unit =
         Unit::from_graph(decoder_graphs::decoder_layer(decoder_graphs::SMALL), opts).unwrap();
-    let built = unit.build(&Ascend::new(dear), Variant::Fused).unwrap();
+    let built = unit.build(&Ascend::new(dear.clone()), Variant::Fused).unwrap();
     files.entry(built.source.code).or_insert_with(|| "decoder_kv, launches priced dear".into());
+    // A horizontal kernel of two Matmul objects whose parts stage their normed A.
+    let mut rules = autofusion_compiler::plan::RuleSet::all();
+    rules.insert(autofusion_compiler::plan::Rule::QkvHorizontal);
+    let opts = autofusion_compiler::Options { opt_level: 3, rules, ..Default::default() };
+    let unit = Unit::from_graph(decoder_graphs::mixed_projections(), opts).unwrap();
+    let built = unit.build(&Ascend::new(dear), Variant::Fused).unwrap();
+    assert!(built.source.code.contains("mm1.End();"), "no horizontal kernel of two objects");
+    files.entry(built.source.code).or_insert_with(|| "mixed projections, horizontal".into());
     files
 }
 

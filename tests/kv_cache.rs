@@ -102,6 +102,17 @@ fn prefill_and_decode_steps_match_the_reference_at_every_opt_level() {
     }
 }
 
+/// The host profile with launches priced dear and vector work cheap: every merge pays.
+fn every_merge_pays() -> Target {
+    let host = Target::host();
+    Target {
+        launch_us: 50.0,
+        inline_below_elems: 0,
+        vector_flops_per_us: host.vector_flops_per_us * 100.0,
+        ..host
+    }
+}
+
 /// With launches priced dear (a profile where every merge pays) the planner puts each RMSNorm,
 /// statistics included, into the projections that read it (duplicated into Q, K and V) and
 /// RoPE's rotation into one kernel per projection: those kernels match the reference too.
@@ -109,13 +120,7 @@ fn prefill_and_decode_steps_match_the_reference_at_every_opt_level() {
 fn norms_fused_into_the_projections_match_the_reference() {
     use autofusion_compiler::ir::Op;
     let z = SMALL;
-    let host = Target::host();
-    let target = Target {
-        launch_us: 50.0,
-        inline_below_elems: 0,
-        vector_flops_per_us: host.vector_flops_per_us * 100.0,
-        ..host
-    };
+    let target = every_merge_pays();
     let opts = Options { opt_level: 3, ..Options::default() };
     let unit = Unit::from_graph(decoder_layer(z), opts).unwrap();
     let plan = &unit.variant(Variant::Fused, &target).plan;
@@ -138,6 +143,35 @@ fn norms_fused_into_the_projections_match_the_reference() {
     assert!(d <= 1e-4, "outputs differ from the reference by {d}");
     for (g, w) in got_caches.iter().zip(&want_caches) {
         assert!(g.max_abs_diff(w).unwrap() <= 1e-5, "caches differ from the reference's");
+    }
+}
+
+/// Under a profile where every merge pays, projections of one normed activation become one
+/// horizontal kernel (`qkv_horizontal`) and the RMSNorm, statistics included, the prologue of
+/// each of its parts; the weights are read as stored and transposed. Against the reference.
+#[test]
+fn a_norm_runs_inside_a_horizontal_kernel_of_projections() {
+    use autofusion_compiler::group::GroupKind;
+    use autofusion_compiler::plan::{Rule, RuleSet};
+    let target = every_merge_pays();
+    let mut rules = RuleSet::all();
+    rules.insert(Rule::QkvHorizontal);
+    let opts = Options { opt_level: 3, rules, ..Options::default() };
+    let unit = Unit::from_graph(decoder_graphs::mixed_projections(), opts).unwrap();
+    let g = &unit.graph;
+    let plan = &unit.variant(Variant::Fused, &target).plan;
+    let horizontal: Vec<_> =
+        plan.groups.iter().filter(|grp| grp.kind == GroupKind::Horizontal).collect();
+    assert_eq!(horizontal.len(), 1, "{:?}", plan.groups);
+    let has = |op: fn(&Op) -> bool| horizontal[0].nodes.iter().any(|m| op(&g.node(*m).op));
+    assert!(has(|o| *o == Op::MatMul) && has(|o| matches!(o, Op::Reduce { .. })), "{plan:?}");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_cache");
+    let m = common::load(&unit, Variant::Fused, &target, &dir, &[]).unwrap();
+    for s in [1i64, 7, 100] {
+        let ins = common::inputs(g, &[s], s as u64 + 5);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let want = autofusion_runtime::reference::run(g, &refs, &[s]).unwrap();
+        common::assert_close(&format!("S = {s}"), &m.run(&refs).unwrap(), &want);
     }
 }
 

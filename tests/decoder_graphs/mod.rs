@@ -341,3 +341,29 @@ pub fn head_graph_of(d: i64, v: i64, tied: bool) -> Graph {
     g.output(logits);
     g.finish().unwrap()
 }
+
+/// Three projections of one RMSNorm'd activation whose weights the cube reads in different
+/// layouts (`[K, N]` as stored for Q and V, `[N, K]` transposed for K), each with its own
+/// epilogue: a horizontal kernel of two Matmul objects when the planner merges them.
+pub fn mixed_projections() -> Graph {
+    let c = DimExpr::constant;
+    let mut b = GraphBuilder::new("mixed_projections");
+    let x = b.param("x", DType::F32, vec![DimExpr::sym("S"), c(48)]);
+    let gamma = b.param("gamma", DType::F32, vec![c(48)]);
+    let wq = b.param("wq", DType::F32, vec![c(48), c(64)]);
+    let bq = b.param("bq", DType::F32, vec![c(64)]);
+    let wk = b.param("wk", DType::F32, vec![c(40), c(48)]);
+    let wv = b.param("wv", DType::F32, vec![c(48), c(24)]);
+    let x = b.op(Op::RmsNorm { eps: 1e-5 }, &[x, gamma], "norm").unwrap();
+    let q = b.matmul(x, wq, "q").unwrap();
+    let q = b.binary(BinaryOp::Add, q, bq, "q_bias").unwrap();
+    let wkt = b.op(Op::Transpose { perm: vec![1, 0] }, &[wk], "wk_t").unwrap();
+    let k = b.matmul(x, wkt, "k").unwrap();
+    let k = b.unary(UnaryOp::Gelu, k, "k_gelu").unwrap();
+    let v = b.matmul(x, wv, "v").unwrap();
+    let v = b.unary(UnaryOp::Silu, v, "v_silu").unwrap();
+    for o in [q, k, v] {
+        b.output(o);
+    }
+    b.finish().unwrap()
+}

@@ -26,7 +26,13 @@ pub(super) fn host(cx: &HostCx, parts: &[(DimExpr, DimExpr, DimExpr, DimExpr)]) 
     (tiling, gemm_scratch(mc, nc, kc))
 }
 
-/// The launch on an Ascend device, and the user-workspace bytes the kernel needs.
-pub(super) fn ascend(cx: &AscendCx) -> Result<(AscendLaunch, usize), String> {
-    Err(format!("kernel `{}`: horizontal groups have no Ascend tiling", cx.kernel.name))
+/// The launch on an Ascend device, and the user-workspace bytes the kernel needs: the parts
+/// run one after the other in one blocking, as the matmul kernel's (`matmul::ascend_parts`).
+pub(super) fn ascend(
+    cx: &AscendCx,
+    parts: &[(DimExpr, DimExpr, DimExpr, DimExpr)],
+) -> Result<(AscendLaunch, usize), String> {
+    let e = |d: &DimExpr| (cx.eval)(d).max(0);
+    let dims: Vec<[i64; 4]> = parts.iter().map(|(b, m, n, k)| [e(b), e(m), e(n), e(k)]).collect();
+    super::matmul::ascend_parts(cx, &dims, 1)
 }

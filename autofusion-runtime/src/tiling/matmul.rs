@@ -28,11 +28,25 @@ pub(super) fn ascend(
     [batch, m, n, kk]: [&DimExpr; 4],
     products: u32,
 ) -> Result<(AscendLaunch, usize), String> {
-    let AscendCx { kernel: k, eval, fit, cores, pipeline_aivs } = *cx;
+    let e = |d: &DimExpr| (cx.eval)(d).max(0);
+    ascend_parts(cx, &[[e(batch), e(m), e(n), e(kk)]], products)
+}
+
+/// The launch of a kernel computing the products `parts` (`[batch, m, n, k]` each, one after
+/// the other: a horizontal kernel's) in one blocking, each with `products` C tiles per AIV.
+pub(super) fn ascend_parts(
+    cx: &AscendCx,
+    parts: &[[i64; 4]],
+    products: u32,
+) -> Result<(AscendLaunch, usize), String> {
+    let AscendCx { kernel: k, fit, cores, pipeline_aivs, .. } = *cx;
     let mut t = AscendTiling::default();
-    let (b, m, n, kd) = (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(kk).max(0));
+    let widest = |i: usize| parts.iter().map(|p| p[i]).max().unwrap_or(0);
+    let (m, n, kd) = (widest(1), widest(2), widest(3));
     let (mut mc, mut nc) = (m.clamp(1, ASCEND_TILE_MAX), n.clamp(1, ASCEND_TILE_MAX));
-    let units = |mc: i64, nc: i64| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc);
+    let units = |mc: i64, nc: i64| {
+        parts.iter().map(|[b, m, n, _]| b * ((m + mc - 1) / mc) * ((n + nc - 1) / nc)).sum::<i64>()
+    };
     // Enough tiles for every AIV before tiles shrink below 32 x 32.
     while units(mc, nc) < 2 * cores.groups() && (nc > 32 || mc > 32) {
         if nc >= mc {
@@ -49,12 +63,19 @@ pub(super) fn ascend(
     t.mc = mc;
     t.nc = nc;
     t.block_num = groups;
-    // Bytes as the cube reads the operands (a staged copy is in the same type).
-    let esz = cube_bytes(k, 0)?;
+    // Bytes as the cube reads the operands (a staged copy is in the same type); the widest
+    // of the kernel's Matmul objects bounds the L1 use of the one tiling they share.
+    let mut esz = cube_bytes(k, 0)?;
+    for i in 1..k.cube_bytes.len() {
+        esz = esz.max(cube_bytes(k, i)?);
+    }
+    let part_bytes = |i: usize, j: usize| {
+        parts.iter().map(|p| (p[0] * p[i] * p[j] * esz as i64) as f64).fold(0.0, f64::max)
+    };
     let (mt, nt) = ((m + mc - 1) / mc, (n + nc - 1) / nc);
     t.n_major = i64::from(autofusion_ir::abi::ascend_n_major(
-        (b * m * kd * esz as i64) as f64,
-        (b * kd * n * esz as i64) as f64,
+        part_bytes(1, 3),
+        part_bytes(3, 2),
         mt as f64,
         nt as f64,
     ));
@@ -62,11 +83,13 @@ pub(super) fn ascend(
     check_cube_tiling(&t.cube[0], cores.aic, esz)
         .map_err(|e| format!("kernel `{}`: {e}", k.name))?;
     // Staged copies in floats of the workspace (a 16-bit copy takes fewer: this bounds it).
-    let stage = if k.stage_a { b * m * kd } else { 0 } + if k.stage_b { b * kd * n } else { 0 };
+    let stage: i64 = parts
+        .iter()
+        .map(|[b, m, n, kd]| i64::from(k.stage_a) * b * m * kd + i64::from(k.stage_b) * b * kd * n)
+        .sum();
     // A C tile per AIV and product.
     let ws = (stage + products.max(1) as i64 * aivs * mc * nc) as usize * 4;
     t.ws_floats = ws as i64 / 4;
-    let launch =
-        AscendLaunch { tiling: t, block_dim: groups as u32, empty: b == 0 || m == 0 || n == 0 };
+    let launch = AscendLaunch { tiling: t, block_dim: groups as u32, empty: units(mc, nc) == 0 };
     Ok((launch, ws))
 }

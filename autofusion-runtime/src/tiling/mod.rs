@@ -333,7 +333,7 @@ pub fn choose_ascend(
             matmul::ascend(&cx, [batch, m, n, kk], *products)
         }
         Work::Flash { batch, sq, sk, d, dv, .. } => flash::ascend(&cx, batch, sq, sk, d, dv),
-        Work::Horizontal { .. } => horizontal::ascend(&cx),
+        Work::Horizontal { parts } => horizontal::ascend(&cx, parts),
     }
 }
 

@@ -39,8 +39,9 @@
 //!   BR x BC score tile, the chain (scale, mask) and the online softmax on the AIV (row max,
 //!   P = exp(S - max) in place, running max and sum in UB), O += P V on the cube with atomic
 //!   accumulation into the AIV's output tile after the AIV rescaled it; no S x S buffer.
-//! - horizontal matmul groups: not generated (`generate` returns an error naming the kernel;
-//!   `Ascend::unsupported_rules` leaves out the opt-in rule that forms them).
+//! - horizontal matmul groups: the parts one after the other in one mix launch, each as a
+//!   matmul body, sharing the blocking, the C tiles and (per operand layout and type) the
+//!   Matmul objects (`kernels/horizontal/ascend.rs`).
 //! - the opt_level-3 pipeline: one mix launch calling every body in order, with `SyncAll`
 //!   between dependent kernels, AIV-only when neither side uses the cube (SuperKernel syncs only
 //!   the core types that need it).
@@ -53,7 +54,7 @@ use super::{file_header, Backend, Source, Toolchain};
 use crate::abi::{Work, ASCEND_CUBE_FIELDS, ASCEND_MAX_DIMS, ASCEND_TILING_FIELDS};
 use crate::dim::numel;
 use crate::ir::{Graph, NodeId};
-use crate::plan::{describe, Group, Plan, Rule, RuleSet};
+use crate::plan::{describe, Group, Plan};
 use crate::target::Target;
 use crate::{Unit, Variant};
 pub use autofusion_ir::meta::AscendKernel;
@@ -87,13 +88,6 @@ impl Backend for Ascend {
     }
     fn profile(&self) -> &Target {
         &self.target
-    }
-    /// No horizontal Ascend kernel: on the NPU the projections run as separate mix launches,
-    /// or as bodies of the one pipeline launch at opt_level 3.
-    fn unsupported_rules(&self) -> RuleSet {
-        let mut r = RuleSet::none();
-        r.insert(Rule::QkvHorizontal);
-        r
     }
     fn generate(
         &self,

@@ -1,5 +1,6 @@
 //! Horizontal matmul kernels: sibling matmuls reading one A operand, launched as one kernel (`qkv_horizontal`).
 
+pub(crate) mod ascend;
 pub(crate) mod cost;
 pub(crate) mod host;
 
@@ -55,9 +56,7 @@ impl KernelKind for Horizontal {
     fn host(&self, em: &mut Emitter, grp: &Group, body: &mut Code) -> Work {
         host::gen_horizontal(em, grp, body)
     }
-    fn ascend(&self, _k: &mut K, _grp: &Group, name: &str) -> Result<Emitted, String> {
-        Err(format!(
-            "{name}: horizontal matmul groups have no Ascend generator (plan without qkv_horizontal)"
-        ))
+    fn ascend(&self, k: &mut K, grp: &Group, name: &str) -> Result<Emitted, String> {
+        ascend::gen_horizontal(k, grp, name)
     }
 }

@@ -29,7 +29,11 @@ pub(crate) struct MatmulParts {
 impl MatmulParts {
     pub(crate) fn new(g: &Graph, grp: &Group) -> MatmulParts {
         let anchor = grp.anchor.expect("matmul group has an anchor");
-        let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+        MatmulParts::of(g, anchor, &grp.nodes)
+    }
+    /// The parts of the matmul at `anchor` among `nodes` (in the group's order).
+    pub(crate) fn of(g: &Graph, anchor: NodeId, nodes: &[NodeId]) -> MatmulParts {
+        let members: BTreeSet<NodeId> = nodes.iter().copied().collect();
         let out_shape = g.node(anchor).shape.clone();
         let r = out_shape.len();
         let (a_in, b_in) = (g.node(anchor).inputs[0], g.node(anchor).inputs[1]);
@@ -38,9 +42,8 @@ impl MatmulParts {
         let prologue = crate::group::prologue_of(g, anchor, |i| members.contains(i));
         let sibling = crate::group::matmul_siblings(g, anchor, &members).first().copied();
         let pro_nodes: Vec<NodeId> =
-            grp.nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
-        let epi_nodes: Vec<NodeId> = grp
-            .nodes
+            nodes.iter().copied().filter(|m| prologue.contains(m)).collect();
+        let epi_nodes: Vec<NodeId> = nodes
             .iter()
             .copied()
             .filter(|m| *m != anchor && !prologue.contains(m) && Some(*m) != sibling)
@@ -85,7 +88,7 @@ pub(crate) fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
         let sp = space("bs", mp.with(mp.k_dim.clone(), mp.n()));
         operand(k, sp, k.em.g.node(s).inputs[1], "BATCH * K", "N", cube)
     });
-    let (epi, spo) = matmul_epilogue(k, grp, &mp);
+    let (epi, spo) = matmul_epilogue(k, &grp.nodes, &grp.outputs, &mp);
     let c = &mut k.setup;
     c.line("AscendC::tiling::TCubeTiling ct;");
     c.line("af_cube_tiling(t, 0, ct);");
@@ -105,7 +108,11 @@ pub(crate) fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
     if a.staged || staged_b {
         sync_staged(&mut k.body);
     }
-    matmul_tiles(k, &a, &b, bs.as_ref(), &epi, &spo);
+    let tiles = Tiles { obj: "mm", first_unit: "aiv", c_at: "stage", end_each: bs.is_some() };
+    matmul_tiles(k, &tiles, &a, &b, bs.as_ref(), &epi, &spo);
+    if bs.is_none() {
+        k.body.line("mm.End();");
+    }
     let products = 1 + u32::from(mp.sibling.is_some());
     let work =
         Work::MatMul { batch: numel(&mp.batch), m: mp.m(), n: mp.n(), k: mp.k_dim, products };
@@ -223,11 +230,12 @@ pub(crate) fn matmul_operand_b(k: &mut K, mp: &MatmulParts, cube: DType) -> Oper
 /// The epilogue job over the output rows of one tile, and the output space it reads in.
 pub(crate) fn matmul_epilogue<'g>(
     k: &mut K<'g>,
-    grp: &Group,
+    nodes: &[NodeId],
+    outputs: &[NodeId],
     mp: &MatmulParts,
 ) -> (Job<'g>, Space) {
     let g = k.em.g;
-    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let members: BTreeSet<NodeId> = nodes.iter().copied().collect();
     let mut spo = space("o", mp.out_shape.clone());
     let mut srcs = BTreeMap::new();
     for i in ext_inputs(g, &mp.epi_nodes, &members) {
@@ -241,15 +249,15 @@ pub(crate) fn matmul_epilogue<'g>(
     if let Some(s) = mp.sibling {
         srcs.insert(s, Src::Row { gm: "wc1".into(), off: "ti * NC".into(), d: DType::F32 });
     }
-    let outs: Vec<(NodeId, String, String, DType)> = grp
-        .outputs
+    let outs: Vec<(NodeId, String, String, DType)> = outputs
         .iter()
+        .filter(|o| members.contains(o))
         .map(|o| (*o, k.gm(k.em.buf[o]), "orow * N + n0".to_string(), g.node(*o).dtype))
         .collect();
     // The sibling is a phase-0 source too (`epi_nodes` leaves it out).
     let mut nodes = mp.epi_nodes.clone();
     // The anchor is a phase-0 source; when it is itself an output it is copied out.
-    if grp.outputs.contains(&mp.anchor) {
+    if outputs.contains(&mp.anchor) {
         nodes.retain(|n| *n != mp.anchor);
     }
     let job = Job {
@@ -268,10 +276,23 @@ pub(crate) fn matmul_epilogue<'g>(
     (job, spo)
 }
 
+/// How a kernel walks one product's output tiles.
+pub(crate) struct Tiles<'a> {
+    /// The Matmul object computing the anchor's product.
+    pub(crate) obj: &'a str,
+    /// This AIV's first unit (the AIVs take units `first_unit, first_unit + naiv, ..`).
+    pub(crate) first_unit: &'a str,
+    /// Where the AIVs' C tiles start in the user workspace (floats).
+    pub(crate) c_at: &'a str,
+    /// Each product `End()`s its object: objects that take turns on the cube release it.
+    pub(crate) end_each: bool,
+}
+
 /// This AIV's output tiles: the cube writes each `mlen x nlen` tile into the AIV's slice `wc`
 /// of the user workspace, then the AIV applies the epilogue row by row.
 pub(crate) fn matmul_tiles(
     k: &mut K,
+    tiles: &Tiles,
     a: &Operand,
     b: &Operand,
     bs: Option<&Operand>,
@@ -280,11 +301,12 @@ pub(crate) fn matmul_tiles(
 ) {
     let g = k.em.g;
     let c = &mut k.body;
-    c.line("AscendC::GlobalTensor<float> wc; wc.SetGlobalBuffer(uws + stage + aiv * MC * NC, MC * NC); /* this AIV's C tile */");
+    let at = tiles.c_at;
+    let _ = writeln!(c, "AscendC::GlobalTensor<float> wc; wc.SetGlobalBuffer(uws + {at} + aiv * MC * NC, MC * NC); /* this AIV's C tile */");
     if bs.is_some() {
-        c.line("AscendC::GlobalTensor<float> wc1; wc1.SetGlobalBuffer(uws + stage + (naiv + aiv) * MC * NC, MC * NC); /* the sibling's C tile */");
+        let _ = writeln!(c, "AscendC::GlobalTensor<float> wc1; wc1.SetGlobalBuffer(uws + {at} + (naiv + aiv) * MC * NC, MC * NC); /* the sibling's C tile */");
     }
-    c.open("for (int64_t u = aiv; u < units; u += naiv)");
+    c.open(format!("for (int64_t u = {}; u < units; u += naiv)", tiles.first_unit));
     // Consecutive units run at once on the cores: in column-panel order they share a B panel
     // (B leaves memory once, A is re-read from L2), in row-panel order an A panel.
     c.line("const int64_t bi = u / (mt * nt), tile = u % (mt * nt);");
@@ -299,7 +321,7 @@ pub(crate) fn matmul_tiles(
         let gb = format!("g{}", k.em.buf[&resolve(g, a.v).base]);
         let _ = writeln!(c, "AscendC::GlobalTensor<{ta}> ga = {gb}[a_row{ac}];");
     }
-    product(c, &k.em, ("mm", "wc", "gbm"), a, b, bs.is_some());
+    product(c, &k.em, (tiles.obj, "wc", "gbm"), a, b, tiles.end_each);
     if let Some(bs) = bs {
         product(c, &k.em, ("mm1", "wc1", "gbs"), a, bs, true);
     }
@@ -309,9 +331,6 @@ pub(crate) fn matmul_tiles(
         epi.emit(&mut k.ub, c);
     });
     c.close();
-    if bs.is_none() {
-        c.line("mm.End();");
-    }
 }
 
 /// One product of a tile: B's panel of the tile (`gb`), then `obj` computes C into `wc` (and

@@ -8,7 +8,7 @@
 use super::{FusionRule, Rule};
 use crate::group::{base_of, GroupKind};
 use crate::ir::{NodeId, Op};
-use crate::plan::planner::{Move, Planner};
+use crate::plan::planner::{Move, Planner, WGroup};
 use crate::plan::{Candidate, Reason};
 use std::collections::BTreeSet;
 
@@ -19,7 +19,7 @@ impl FusionRule for NormLinearPrologue {
         Rule::NormLinearPrologue
     }
     fn claims(&self, p: &Planner, a: usize, b: usize) -> bool {
-        p.w(a).kind == GroupKind::Elementwise && p.w(b).kind == GroupKind::MatMul
+        p.w(a).kind == GroupKind::Elementwise && takes_prologue(p.w(b).kind)
     }
     fn check_pair(
         &self,
@@ -28,7 +28,7 @@ impl FusionRule for NormLinearPrologue {
         b: usize,
     ) -> Result<(GroupKind, Option<NodeId>), (Reason, String)> {
         check_prologue(p, a, b, &[b])?;
-        Ok((GroupKind::MatMul, p.w(b).anchor))
+        Ok((p.w(b).kind, p.w(b).anchor))
     }
     fn moves(&self, p: &Planner) -> Vec<(Candidate, Move)> {
         let live = (0..p.groups.len()).filter(|i| p.groups[*i].is_some());
@@ -43,11 +43,21 @@ impl FusionRule for NormLinearPrologue {
     }
 }
 
+/// A matmul kernel, or a horizontal one: its parts share the A operand, so each part gets the
+/// prologue (`horizontal_parts` walks up from every matmul).
+fn takes_prologue(kind: GroupKind) -> bool {
+    matches!(kind, GroupKind::MatMul | GroupKind::Horizontal)
+}
+
 /// Can elementwise group `a` be the A-operand prologue of matmul group `c`, where `all` are
 /// the consumers it would be duplicated into?
 fn check_prologue(p: &Planner, a: usize, c: usize, all: &[usize]) -> Result<(), (Reason, String)> {
     let (wa, wc) = (p.w(a), p.w(c));
-    let anchor = wc.anchor.unwrap();
+    // A horizontal kernel has no anchor: its matmuls all read the same A.
+    let first_matmul = wc.members.iter().copied().find(|m| p.g.node(*m).op == Op::MatMul);
+    let Some(anchor) = wc.anchor.or(first_matmul) else {
+        return Err((Reason::NotAnOperand, "the kernel holds no matmul".into()));
+    };
     let a_shape = &p.g.node(p.g.node(anchor).inputs[0]).shape;
     let mut row = a_shape.clone();
     if let Some(last) = row.last_mut() {
@@ -84,7 +94,7 @@ fn check_prologue(p: &Planner, a: usize, c: usize, all: &[usize]) -> Result<(), 
             let ok = wa.members.contains(u)
                 || others.contains(u)
                 || prologue.contains(u)
-                || (*u == anchor && p.g.node(anchor).inputs[1] != *m);
+                || reads_as_a(p, wc, *u, *m);
             if !ok {
                 return Err((
                     Reason::NotAnOperand,
@@ -106,6 +116,12 @@ fn check_prologue(p: &Planner, a: usize, c: usize, all: &[usize]) -> Result<(), 
     Ok(())
 }
 
+/// Is `u` a matmul of group `wc` reading `m` as its A operand only?
+fn reads_as_a(p: &Planner, wc: &WGroup, u: NodeId, m: NodeId) -> bool {
+    let n = p.g.node(u);
+    wc.members.contains(&u) && n.op == Op::MatMul && n.inputs[0] == m && n.inputs[1] != m
+}
+
 /// Elementwise group `a` duplicated into every matmul that reads it as its A operand.
 fn dup_targets(p: &Planner, a: usize) -> Option<Vec<usize>> {
     let wa = p.w(a);
@@ -121,7 +137,7 @@ fn dup_targets(p: &Planner, a: usize) -> Option<Vec<usize>> {
         }
     }
     let cs: Vec<usize> = cs.into_iter().collect();
-    (cs.len() >= 2 && cs.iter().all(|c| p.w(*c).kind == GroupKind::MatMul)).then_some(cs)
+    (cs.len() >= 2 && cs.iter().all(|c| takes_prologue(p.w(*c).kind))).then_some(cs)
 }
 
 fn eval_dup(p: &Planner, a: usize, cs: &[usize]) -> Candidate {
@@ -142,7 +158,7 @@ fn eval_dup(p: &Planner, a: usize, cs: &[usize]) -> Candidate {
         .iter()
         .map(|c| {
             let m: BTreeSet<NodeId> = p.w(a).members.union(&p.w(*c).members).copied().collect();
-            (m, GroupKind::MatMul, p.w(*c).anchor)
+            (m, p.w(*c).kind, p.w(*c).anchor)
         })
         .collect();
     for (m, _, _) in &fused {
