@@ -148,7 +148,8 @@ fn norms_fused_into_the_projections_match_the_reference() {
 
 /// Under a profile where every merge pays, projections of one normed activation become one
 /// horizontal kernel (`qkv_horizontal`) and the RMSNorm, statistics included, the prologue of
-/// each of its parts; the weights are read as stored and transposed. Against the reference.
+/// each of its parts, each part's epilogue with it; the weights are read as stored and
+/// transposed. Against the reference.
 #[test]
 fn a_norm_runs_inside_a_horizontal_kernel_of_projections() {
     use autofusion_compiler::group::GroupKind;
@@ -165,6 +166,8 @@ fn a_norm_runs_inside_a_horizontal_kernel_of_projections() {
     assert_eq!(horizontal.len(), 1, "{:?}", plan.groups);
     let has = |op: fn(&Op) -> bool| horizontal[0].nodes.iter().any(|m| op(&g.node(*m).op));
     assert!(has(|o| *o == Op::MatMul) && has(|o| matches!(o, Op::Reduce { .. })), "{plan:?}");
+    // Each projection's epilogue (bias, GELU, SiLU) is in its part: one kernel in all.
+    assert_eq!(plan.groups.len(), 1, "{:?}", plan.groups);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_cache");
     let m = common::load(&unit, Variant::Fused, &target, &dir, &[]).unwrap();
     for s in [1i64, 7, 100] {

@@ -149,12 +149,15 @@ pub fn calibrated_host() -> autofusion_compiler::target::Target {
 }
 
 /// The plans the Ascend tests build of every layer graph: (label, opt_level, rules) for each opt
-/// level, then each rule alone (at its minimum opt level, at least 2); the pipeline rule is
-/// exercised by opt level 3.
+/// level and at opt level 3 with the opt-in qkv_horizontal too, then each rule alone (at its
+/// minimum opt level, at least 2); the pipeline rule is exercised by opt level 3.
 pub fn ascend_configs() -> Vec<(String, u8, autofusion_compiler::plan::RuleSet)> {
     use autofusion_compiler::plan::{Rule, RuleSet};
     let mut v: Vec<(String, u8, RuleSet)> =
         (0..=3).map(|o| (format!("opt_level {o}"), o, RuleSet::all())).collect();
+    let mut every = RuleSet::all();
+    every.insert(Rule::QkvHorizontal);
+    v.push(("opt_level 3, every rule and qkv_horizontal".into(), 3, every));
     for r in Rule::ALL.iter().filter(|r| **r != Rule::Pipeline) {
         let (s, level) = r.alone();
         v.push((format!("opt_level {level}, rules = [{}]", s.names().join(", ")), level, s));
