@@ -59,13 +59,16 @@ pub struct AscendKernel {
     /// picks `chunk = (UB - fixed) / per_col`, rounded down to 8 columns.
     pub ub_per_col: u32,
     pub ub_fixed: u32,
-    /// Matmul objects (0, 1 or 2), each with its `TCubeTiling` in `AfTiling::cube`.
+    /// `TCubeTiling`s it reads from `AfTiling::cube` (0, 1 or 2). Its Matmul objects use
+    /// them: flash attention's two products one each; a matmul's sibling product and a
+    /// horizontal kernel's objects share one.
     pub cube: u32,
     /// Whether the user workspace holds a staged A / B operand (contiguous, in the element
     /// type its Matmul object reads).
     pub stage_a: bool,
     pub stage_b: bool,
-    /// Per Matmul object, the bytes of one A / B element the cube reads: 2 (half or bfloat16_t,
+    /// Per `TCubeTiling` (per Matmul object in a horizontal kernel, whose objects share the
+    /// first), the bytes of one A / B element the cube reads: 2 (half or bfloat16_t,
     /// accumulated in f32 in L0C, as the cube computes) or 4 (f32).
     pub cube_bytes: Vec<u32>,
 }

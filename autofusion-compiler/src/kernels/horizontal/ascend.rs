@@ -108,7 +108,7 @@ pub(crate) fn gen_horizontal(k: &mut K, grp: &Group, name: &str) -> Result<Emitt
     Ok(Emitted {
         work: Work::Horizontal { parts: dims },
         mix: true,
-        cube: objects.len() as u32,
+        cube: 1,
         stage_a,
         stage_b,
         cube_bytes: objects.iter().map(|o| o.2.size() as u32).collect(),
