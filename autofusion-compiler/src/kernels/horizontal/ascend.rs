@@ -50,15 +50,7 @@ pub(crate) fn gen_horizontal(k: &mut K, grp: &Group, name: &str) -> Result<Emitt
         let mp = MatmulParts::of(g, anchor, &nodes);
         let outer = std::mem::replace(&mut k.body, Code::new());
         let _ = writeln!(k.body, "/* part: {} */", g.node(anchor).name);
-        let _ = writeln!(
-            k.body,
-            "const int64_t BATCH = {}, M = {}, N = {}, K = {};",
-            k.em.dim(&numel(&mp.batch)),
-            k.em.dim(&mp.m()),
-            k.em.dim(&mp.n()),
-            k.em.dim(&mp.k_dim)
-        );
-        k.body.line("const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
+        product_dims(&k.em, &mp, &mut k.body);
         let cube = cube_type(g, mp.a_in, mp.b_in);
         let a = matmul_operand_a(k, &mp, cube);
         let b = matmul_operand_b(k, &mp, cube);

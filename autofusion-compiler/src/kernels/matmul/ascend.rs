@@ -65,20 +65,27 @@ impl MatmulParts {
     }
 }
 
-/// Returns the work, whether A and B are staged in the user workspace, and the element type
-/// the cube reads them in.
-pub(crate) fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
-    let mp = MatmulParts::new(k.em.g, grp);
-    let em = &k.em;
+/// The product's sizes and its count of `MC x NC` output tiles (`units`).
+pub(crate) fn product_dims(em: &Emitter, mp: &MatmulParts, c: &mut Code) {
     let _ = writeln!(
-        k.setup,
+        c,
         "const int64_t BATCH = {}, M = {}, N = {}, K = {};",
         em.dim(&numel(&mp.batch)),
         em.dim(&mp.m()),
         em.dim(&mp.n()),
         em.dim(&mp.k_dim)
     );
-    k.setup.line("const int64_t MC = t.mc, NC = t.nc, mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;");
+    c.line(
+        "const int64_t mt = (M + MC - 1) / MC, nt = (N + NC - 1) / NC, units = BATCH * mt * nt;",
+    );
+}
+
+/// Returns the work, whether A and B are staged in the user workspace, and the element type
+/// the cube reads them in.
+pub(crate) fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
+    let mp = MatmulParts::new(k.em.g, grp);
+    k.setup.line("const int64_t MC = t.mc, NC = t.nc;");
+    product_dims(&k.em, &mp, &mut k.setup);
     user_workspace(&mut k.setup);
     let cube = cube_type(k.em.g, mp.a_in, mp.b_in);
     let a = matmul_operand_a(k, &mp, cube);

@@ -20,10 +20,9 @@ pub(crate) fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work
 
 /// One matmul of a kernel with its prologue and epilogue, and how its operands are read.
 pub(crate) struct MatmulPart {
-    pub(crate) anchor: NodeId,
     pub(crate) a_in: NodeId,
-    /// The anchor's B, then its sibling's (`group::matmul_siblings`), each product into its
-    /// own C block (`Cc`, `Cc1`).
+    /// The anchor's product (its B), then its sibling's (`group::matmul_siblings`), each into
+    /// its own C block (`Cc`, `Cc1`).
     pub(crate) products: Vec<Product>,
     pub(crate) out_shape: Shape,
     pub(crate) k_dim: DimExpr,
@@ -125,7 +124,6 @@ pub(crate) fn matmul_part(
         (numel(&batch), m_dim)
     };
     MatmulPart {
-        anchor,
         a_in,
         products,
         out_shape,
@@ -463,16 +461,8 @@ pub(crate) fn store_c(
         c.line("const int64_t orow = (bi * M + m0 + m) * N;");
         c.block("for (int64_t n = 0; n < nlen; ++n)", |c| {
             c.line("const int64_t c = n0 + n;");
-            let acc = round_to(g.node(mp.anchor).dtype, "Cc[m * LDC + n]".into());
-            c.line(format!(
-                "const float {} = {acc}; /* {} */",
-                em.var(mp.anchor),
-                g.node(mp.anchor).name
-            ));
-            if outputs.contains(&mp.anchor) {
-                c.line(store_out(em, mp.anchor, "orow + c"));
-            }
-            for (i, p) in mp.products.iter().enumerate().skip(1) {
+            // The anchor's product, then its sibling's, each from its own C block.
+            for (i, p) in mp.products.iter().enumerate() {
                 let acc =
                     round_to(g.node(p.node).dtype, format!("{}[m * LDC + n]", Product::c_block(i)));
                 c.line(format!(
