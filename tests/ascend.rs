@@ -224,13 +224,9 @@ fn bert_embed_graphs_of_any_size_match_the_reference_on_ascend() {
 /// a prefill then single steps: outputs and caches against the reference at each call.
 #[test]
 fn a_decoder_with_kv_caches_matches_the_reference_on_ascend() {
-    use decoder_graphs::{caches, decoder_layer, rope_tables, weights, SMALL};
+    use decoder_graphs::{decoder_layer, SMALL};
     let target = Target::ascend910b();
     let z = SMALL;
-    let t = 16usize;
-    let (cos, sin) = rope_tables(t, z.dh as usize);
-    let w = weights(z, 11);
-    let x = Tensor::randn(&[8, z.d as usize], 1.0, 2);
     // Launches priced dear: every merge pays, so each RMSNorm runs (statistics included)
     // in the projections that read it, its A rows staged by the vector cores.
     let dear = Target { launch_us: 50.0, inline_below_elems: 0, ..target.clone() };
@@ -265,28 +261,64 @@ fn a_decoder_with_kv_caches_matches_the_reference_on_ascend() {
         }
         let what = format!("decoder_kv at opt_level {level}{tag}");
         let (_, m) = build_and_load(&unit, target, &format!("kv{level}{tag}"), &what);
-        let ((mut kc, mut vc), (mut rk, mut rv)) = (caches(z, t), caches(z, t));
-        let mut p = 0usize;
-        for s in [5usize, 1, 2] {
-            let d = z.d as usize;
-            let xs =
-                Tensor::from_f32(&[s, d], x.to_f32_vec()[p * d..(p + s) * d].to_vec()).unwrap();
-            let mut ins: Vec<&Tensor> = vec![&xs, &cos, &sin];
-            ins.extend(w.iter());
-            let dims = [("P", p as i64)];
-            let got = m
-                .run_with_state(0, &ins, &mut [&mut kc, &mut vc], &dims)
-                .unwrap_or_else(|e| panic!("{what} at P = {p}: {e}"));
-            let want = m.reference_with_state(&ins, &mut [&mut rk, &mut rv], &dims).unwrap();
-            let at = format!("Ascend: {what} at P = {p}, S = {s}");
-            common::assert_close(&at, &got, &want);
-            common::assert_close(
-                &format!("{at}, caches"),
-                &[kc.clone(), vc.clone()],
-                &[rk.clone(), rv.clone()],
-            );
-            p += s;
-        }
+        decoder_steps_match_the_reference(&m, z, &what);
+    }
+}
+
+/// Calls of a decoder layer (`decoder_graphs::decoder_layer(z)`) from position 0 (a prefill
+/// of 5, then 1 and 2 tokens) on the device, each output and the caches it leaves against
+/// the reference.
+fn decoder_steps_match_the_reference(
+    m: &autofusion_runtime::ascend::AscendModule,
+    z: decoder_graphs::Sizes,
+    what: &str,
+) {
+    use decoder_graphs::{caches, rope_tables, weights};
+    let t = 16usize;
+    let (cos, sin) = rope_tables(t, z.dh as usize);
+    let w = weights(z, 11);
+    let x = Tensor::randn(&[8, z.d as usize], 1.0, 2);
+    let ((mut kc, mut vc), (mut rk, mut rv)) = (caches(z, t), caches(z, t));
+    let mut p = 0usize;
+    for s in [5usize, 1, 2] {
+        let d = z.d as usize;
+        let xs = Tensor::from_f32(&[s, d], x.to_f32_vec()[p * d..(p + s) * d].to_vec()).unwrap();
+        let mut ins: Vec<&Tensor> = vec![&xs, &cos, &sin];
+        ins.extend(w.iter());
+        let dims = [("P", p as i64)];
+        let got = m
+            .run_with_state(0, &ins, &mut [&mut kc, &mut vc], &dims)
+            .unwrap_or_else(|e| panic!("{what} at P = {p}: {e}"));
+        let want = m.reference_with_state(&ins, &mut [&mut rk, &mut rv], &dims).unwrap();
+        let at = format!("Ascend: {what} at P = {p}, S = {s}");
+        common::assert_close(&at, &got, &want);
+        common::assert_close(
+            &format!("{at}, caches"),
+            &[kc.clone(), vc.clone()],
+            &[rk.clone(), rv.clone()],
+        );
+        p += s;
+    }
+}
+
+/// With launches priced dear, RoPE runs in the Q and K projections' epilogues, head by head
+/// in the natural split of each product (the C tile's rows walked one head at a time), and
+/// the new keys and values go from the epilogues straight to their cache rows; as parts of
+/// a horizontal Q/K/V kernel too. Head dims 6 (a head is not a whole number of 32-byte
+/// blocks) and 64, against the reference.
+#[test]
+fn rope_and_the_cache_writes_run_in_the_projection_epilogues_on_ascend() {
+    use decoder_graphs::Sizes;
+    let dear = Target { launch_us: 50.0, inline_below_elems: 0, ..Target::ascend910b() };
+    let cases = [
+        (Sizes { d: 24, h: 6, kvh: 3, dh: 6, f: 40 }, true),
+        (Sizes { d: 64, h: 4, kvh: 2, dh: 64, f: 96 }, false),
+    ];
+    for (z, horizontal) in cases {
+        let unit = decoder_graphs::rope_in_the_projections(z, horizontal, &dear);
+        let what = format!("decoder_kv dh {} horizontal {horizontal}", z.dh);
+        let (_, m) = build_and_load(&unit, &dear, &format!("rope_epi{}", z.dh), &what);
+        decoder_steps_match_the_reference(&m, z, &what);
     }
 }
 
@@ -718,5 +750,30 @@ fn horizontal_projections_of_mixed_layouts_match_the_reference_on_ascend() {
             let got = m.run(0, &refs).unwrap_or_else(|e| panic!("{what}, S = {s}: {e}"));
             common::assert_close(&format!("Ascend: {what}, S = {s}"), &got, &want);
         }
+    }
+}
+
+/// SwiGLU whose mul went into up's kernel first: gate's kernel, SiLU included, joins it as
+/// the sibling product (`sibling_matmul`), its SiLU computed from the sibling's C tile. The
+/// seeded plan is one kernel, against the reference (host twin: `tests/kv_cache.rs`).
+#[test]
+fn gate_with_its_activation_joins_the_kernel_up_and_the_mul_formed_on_ascend() {
+    use autofusion_compiler::plan::plan_from;
+    let unit = Unit::from_graph(common::swiglu_graph(), Options::default()).unwrap();
+    let g = &unit.graph;
+    let dear = Target { launch_us: 50.0, inline_below_elems: 0, ..Target::ascend910b() };
+    let seed = common::seed_groups(g, &[("gate", &["gate", "act"]), ("up", &["up", "h"])]);
+    let rules = unit.lowered.options.rules;
+    let plan = plan_from(g, 3, rules, &[], &dear, Some(&seed));
+    assert_eq!(plan.groups.len(), 1, "{:?}", plan.groups);
+    let sym = format!("{}_seeded", unit.symbol(Variant::Fused));
+    let built = unit.build_plan(&Ascend::new(dear), Variant::Fused, plan, &sym).unwrap();
+    let m = common::load_ascend_built(g.clone(), &built, &sym, &dir()).unwrap();
+    for s in [1i64, 6, 40] {
+        let ins = common::inputs(g, &[s], s as u64 + 9);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let want = autofusion_runtime::reference::run(g, &refs, &[s]).unwrap();
+        let got = m.run(0, &refs).unwrap_or_else(|e| panic!("swiglu, S = {s}: {e}"));
+        common::assert_close(&format!("Ascend: seeded swiglu, S = {s}"), &got, &want);
     }
 }

@@ -131,9 +131,24 @@ fn generated_files(all: bool) -> BTreeMap<String, String> {
     rules.insert(autofusion_compiler::plan::Rule::QkvHorizontal);
     let opts = autofusion_compiler::Options { opt_level: 3, rules, ..Default::default() };
     let unit = Unit::from_graph(decoder_graphs::mixed_projections(), opts).unwrap();
-    let built = unit.build(&Ascend::new(dear), Variant::Fused).unwrap();
+    let built = unit.build(&Ascend::new(dear.clone()), Variant::Fused).unwrap();
     assert!(built.source.code.contains("mm1.End();"), "no horizontal kernel of two objects");
     files.entry(built.source.code).or_insert_with(|| "mixed projections, horizontal".into());
+    // RoPE and the cache writes in the projections' epilogues (head by head, the rotation's
+    // partner read from the C tile), alone and as parts of a horizontal kernel.
+    let six = decoder_graphs::Sizes { d: 24, h: 6, kvh: 3, dh: 6, f: 40 };
+    for horizontal in [false, true] {
+        let mut rules = autofusion_compiler::plan::RuleSet::all();
+        if horizontal {
+            rules.insert(autofusion_compiler::plan::Rule::QkvHorizontal);
+        }
+        let opts = autofusion_compiler::Options { opt_level: 3, rules, ..Default::default() };
+        let unit = Unit::from_graph(decoder_graphs::decoder_layer(six), opts).unwrap();
+        let built = unit.build(&Ascend::new(dear.clone()), Variant::Fused).unwrap();
+        assert!(built.source.code.contains("hh = n0 / W"), "no epilogue walking heads");
+        let what = format!("decoder_kv dh 6, RoPE in the epilogues, horizontal {horizontal}");
+        files.entry(built.source.code).or_insert_with(|| what);
+    }
     files
 }
 

@@ -376,3 +376,113 @@ fn gate_and_up_run_as_one_kernel_at_opt_level_3() {
         assert_eq!(paired.count(), 1, "S = {s}: gate and up in one matmul kernel");
     }
 }
+
+/// SwiGLU whose mul went into up's kernel first (a greedy order a calibration can give):
+/// gate's kernel, SiLU included, still joins it as the sibling product (`sibling_matmul`),
+/// its epilogue reading gate's product from its own C block. Planned from those two kernels
+/// as a seed, one kernel results, matching the reference.
+#[test]
+fn gate_with_its_activation_joins_the_kernel_up_and_the_mul_formed() {
+    use autofusion_compiler::group::GroupKind;
+    use autofusion_compiler::plan::{plan_from, Group};
+    let unit = Unit::from_graph(common::swiglu_graph(), Options::default()).unwrap();
+    let g = &unit.graph;
+    let target = every_merge_pays();
+    let seed = common::seed_groups(g, &[("gate", &["gate", "act"]), ("up", &["up", "h"])]);
+    let rules = unit.lowered.options.rules;
+    let plan = plan_from(g, 3, rules, &[], &target, Some(&seed));
+    let both: Vec<&Group> = plan
+        .groups
+        .iter()
+        .filter(|grp| grp.nodes.iter().filter(|m| g.node(**m).op == Op::MatMul).count() == 2)
+        .collect();
+    assert_eq!(both.len(), 1, "{:?}", plan.groups);
+    assert_eq!(both[0].kind, GroupKind::MatMul);
+    assert_eq!(plan.groups.len(), 1, "{:?}", plan.groups);
+    let sym = format!("{}_seeded", unit.symbol(Variant::Fused));
+    let host = autofusion_compiler::codegen::host::Host::new(target);
+    let built = unit.build_plan(&host, Variant::Fused, plan, &sym).unwrap();
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_cache");
+    let m = common::load_built(&built, &dir, &[]).unwrap();
+    for s in [1i64, 6, 40] {
+        let ins = common::inputs(g, &[s], s as u64 + 9);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let want = autofusion_runtime::reference::run(g, &refs, &[s]).unwrap();
+        common::assert_close(&format!("S = {s}"), &m.run(&refs).unwrap(), &want);
+    }
+}
+
+/// RoPE computed in the projection's epilogue, in the natural split of the product
+/// (`[S, H, DH]`), stored in the heads-first layout.
+#[test]
+fn rope_runs_in_the_projection_epilogue() {
+    use autofusion_compiler::dim::DimExpr;
+    use autofusion_compiler::ir::{BinaryOp, DType};
+    use autofusion_compiler::GraphBuilder;
+    let (s, c) = (DimExpr::sym("S"), DimExpr::constant);
+    let mut b = GraphBuilder::new("rope_epilogue");
+    let x = b.param("x", DType::F32, vec![s.clone(), c(16)]);
+    let w = b.param("w", DType::F32, vec![c(16), c(32)]);
+    let cos = b.param("cos", DType::F32, vec![s.clone(), c(8)]);
+    let sin = b.param("sin", DType::F32, vec![s.clone(), c(8)]);
+    let q = b.matmul(x, w, "q").unwrap();
+    let qh = b.reshape(q, vec![s.clone(), c(4), c(8)], "q_heads").unwrap();
+    let qt = b.op(Op::Transpose { perm: vec![1, 0, 2] }, &[qh], "q_t").unwrap();
+    let rot = b.op(Op::RotateHalf, &[qt], "q_rot").unwrap();
+    let a = b.binary(BinaryOp::Mul, qt, cos, "q_cos").unwrap();
+    let r = b.binary(BinaryOp::Mul, rot, sin, "q_sin").unwrap();
+    let y = b.binary(BinaryOp::Add, a, r, "q_rope").unwrap();
+    b.output(y);
+    let graph = b.finish().unwrap();
+    let opts = Options { opt_level: 2, ..Options::default() };
+    let unit = Unit::from_graph(graph, opts).unwrap();
+    let target = every_merge_pays();
+    let plan = &unit.variant(Variant::Fused, &target).plan;
+    let why: Vec<String> =
+        plan.candidates.iter().map(|c| format!("{:?} {:?}", c.rule, c.decision)).collect();
+    assert_eq!(plan.groups.len(), 1, "{why:#?}");
+    let g = &unit.graph;
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv_cache");
+    let m = common::load(&unit, Variant::Fused, &target, &dir, &[]).unwrap();
+    for s in [1i64, 5, 33] {
+        let ins = common::inputs(g, &[s], s as u64 + 1);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let want = autofusion_runtime::reference::run(g, &refs, &[s]).unwrap();
+        common::assert_close(&format!("S = {s}"), &m.run(&refs).unwrap(), &want);
+    }
+}
+
+/// Under a profile where every merge pays, RoPE runs in the Q and K projections' epilogues,
+/// computed head by head in the natural split of each product, and the new keys (after RoPE)
+/// and values go from those epilogues straight to their cache rows: no RoPE, rows or
+/// cache-write kernel is left. With and without the horizontal Q/K/V kernel, at head dims
+/// 2, 6, 8 and 64 (whole heads per C block: `Work::MatMul::nc_step`), prefill and decode
+/// steps and the caches left behind against the reference.
+#[test]
+fn rope_and_the_cache_writes_run_in_the_projection_epilogues() {
+    let target = every_merge_pays();
+    let sizes = [
+        SMALL,
+        Sizes { d: 16, h: 2, kvh: 1, dh: 2, f: 24 },
+        Sizes { d: 24, h: 6, kvh: 3, dh: 6, f: 40 },
+        Sizes { d: 64, h: 4, kvh: 2, dh: 64, f: 96 },
+    ];
+    for z in sizes {
+        for horizontal in [false, true] {
+            let unit = decoder_graphs::rope_in_the_projections(z, horizontal, &target);
+            let what = format!("dh {} horizontal {horizontal}", z.dh);
+            let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("rope_epilogue");
+            let m = common::load(&unit, Variant::Fused, &target, &dir, &[]).unwrap();
+            let x = Tensor::randn(&[12, z.d as usize], 1.0, 3);
+            let steps = [5, 1, 1, 3, 1, 1];
+            let (got, got_caches) = generate(&m, z, &x, &steps, false);
+            let (want, want_caches) = generate(&m, z, &x, &steps, true);
+            let d = max_diff(&got, &want);
+            assert!(d <= 1e-4, "{what}: outputs differ from the reference by {d}");
+            for (g, w) in got_caches.iter().zip(&want_caches) {
+                let d = g.max_abs_diff(w).unwrap();
+                assert!(d <= 1e-5, "{what}: caches differ from the reference's by {d}");
+            }
+        }
+    }
+}

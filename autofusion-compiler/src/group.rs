@@ -54,10 +54,12 @@ pub fn horizontal_parts(g: &Graph, nodes: &[NodeId]) -> Vec<(NodeId, BTreeSet<No
                     }
                 }
             }
+            // Downstream through views too: an epilogue may read the product as heads.
             let mut down = vec![a];
             while let Some(x) = down.pop() {
                 for u in &users[x.idx()] {
-                    if members.contains(u) && part.insert(*u) {
+                    let through_view = !members.contains(u) && g.node(*u).op.is_view();
+                    if through_view || members.contains(u) && part.insert(*u) {
                         down.push(*u);
                     }
                 }
@@ -248,4 +250,113 @@ pub fn space_of(g: &Graph, members: &[NodeId]) -> Option<Shape> {
     let full =
         shapes.iter().find(|s| *s != &row_of(s)).cloned().unwrap_or_else(|| shapes[0].clone());
     shapes.iter().all(|s| *s == full || *s == row_of(&full)).then_some(full)
+}
+
+/// A view of a matmul's product `[.., M, N]` that is a permutation of a row-major split of
+/// it: `reshape(product, [.., M, N1, .., Nk])`, then at most one transpose keeping the last
+/// axis last (canon composes chained transposes). An epilogue can compute such a view's
+/// elementwise consumers (RoPE on heads) in the product's own order, its *natural space*
+/// `[.., M, N1, .., Nk]`, with C blocks holding whole rows of the last axis.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NaturalSplit {
+    /// The natural space: the product's axes before N, then N's split.
+    pub space: Shape,
+    /// Axis `i` of the view is axis `perm[i]` of the natural space.
+    pub perm: Vec<usize>,
+}
+
+/// The natural split of `view` over matmul `product`, if `view` is one (see `NaturalSplit`).
+pub fn natural_split(g: &Graph, product: NodeId, view: NodeId) -> Option<NaturalSplit> {
+    let (reshape, perm) = match &g.node(view).op {
+        Op::Transpose { perm } => (g.node(view).inputs[0], perm.clone()),
+        Op::Reshape => (view, (0..g.node(view).shape.len()).collect()),
+        _ => return None,
+    };
+    let r = g.node(reshape);
+    if r.op != Op::Reshape || r.inputs[0] != product {
+        return None;
+    }
+    let out = &g.node(product).shape;
+    let lead = out.len().checked_sub(1)?;
+    let space = r.shape.clone();
+    // The axes before N are kept, and the rest multiply out to N.
+    if space.len() <= lead || space[..lead] != out[..lead] {
+        return None;
+    }
+    if crate::dim::numel(&space[lead..]) != out[lead] {
+        return None;
+    }
+    // The split's last axis stays last: its rows are contiguous in the product.
+    (perm.last() == Some(&(space.len() - 1))).then_some(NaturalSplit { space, perm })
+}
+
+/// Whether product `m` is read only by `members`, through natural splits of it (an epilogue
+/// computing in the split reads it from C, so it need not be written).
+pub fn read_in_natural_split(
+    g: &Graph,
+    users: &[Vec<NodeId>],
+    m: NodeId,
+    members: &BTreeSet<NodeId>,
+) -> bool {
+    if g.node(m).op != Op::MatMul || users[m.idx()].is_empty() {
+        return false;
+    }
+    let read_by_members = |v: NodeId| {
+        natural_split(g, m, v).is_some()
+            && !users[v.idx()].is_empty()
+            && users[v.idx()].iter().all(|u| members.contains(u))
+    };
+    users[m.idx()].iter().all(|&r| {
+        g.node(r).op == Op::Reshape
+            && users[r.idx()].iter().all(|&u| {
+                members.contains(&u) && read_by_members(r)
+                    || matches!(g.node(u).op, Op::Transpose { .. }) && read_by_members(u)
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::GraphBuilder;
+    use crate::ir::DType;
+
+    fn heads(perm: &[usize], split: &[i64]) -> (Graph, NodeId, NodeId) {
+        let (s, c) = (DimExpr::sym("S"), DimExpr::constant);
+        let mut b = GraphBuilder::new("heads");
+        let x = b.param("x", DType::F32, vec![s.clone(), c(16)]);
+        let w = b.param("w", DType::F32, vec![c(16), c(split.iter().product())]);
+        let q = b.matmul(x, w, "q").unwrap();
+        let mut shape = vec![s];
+        shape.extend(split.iter().map(|e| c(*e)));
+        let r = b.reshape(q, shape, "q_heads").unwrap();
+        let v = b.op(Op::Transpose { perm: perm.to_vec() }, &[r], "q_t").unwrap();
+        b.output(v);
+        (b.finish().unwrap(), q, v)
+    }
+
+    #[test]
+    fn heads_moved_before_the_rows_are_a_natural_split() {
+        // [S, KVH, G, DH] -> [KVH, G, S, DH], as the Llama layer reads Q.
+        let (g, q, v) = heads(&[1, 2, 0, 3], &[3, 2, 8]);
+        let ns = natural_split(&g, q, v).unwrap();
+        assert_eq!(ns.perm, vec![1, 2, 0, 3]);
+        assert_eq!(ns.space.len(), 4);
+        assert_eq!(ns.space[3], DimExpr::constant(8));
+    }
+
+    #[test]
+    fn a_view_moving_the_last_axis_is_not() {
+        let (g, q, v) = heads(&[1, 0, 2], &[4, 8]);
+        assert!(natural_split(&g, q, v).is_some());
+        let (g, q, v) = heads(&[0, 2, 1], &[4, 8]);
+        assert_eq!(natural_split(&g, q, v), None, "the head dim leaves the last axis");
+        let (g, q, v) = heads(&[0, 2, 1, 3], &[2, 2, 8]);
+        assert!(natural_split(&g, q, v).is_some());
+        let (g, q, v) = heads(&[2, 0, 1], &[4, 8]);
+        assert_eq!(natural_split(&g, q, v), None);
+        // Not a view of the product at all.
+        let x = g.param_nodes()[0];
+        assert_eq!(natural_split(&g, q, x), None);
+    }
 }

@@ -70,13 +70,16 @@ pub enum Work {
     /// `products` matmuls of the same A and shape are computed per output tile (one, or a
     /// matmul with the siblings its epilogue reads: SwiGLU's gate and up), each with its own
     /// C block of scratch (host) or C tile of workspace per AIV (Ascend).
-    MatMul { batch: DimExpr, m: DimExpr, n: DimExpr, k: DimExpr, products: u32 },
+    /// `nc_step`: NC is a multiple of it (1 but for an epilogue walking the output as heads
+    /// of that width, `group::NaturalSplit`: each C block holds whole heads).
+    MatMul { batch: DimExpr, m: DimExpr, n: DimExpr, k: DimExpr, products: u32, nc_step: DimExpr },
     /// `batch` attention problems of `sq` queries over `sk` keys, head dims `d` (QK) and `dv`
     /// (V); `mc`/`nc` of the tiling are the query and key block sizes. Each `group` of
     /// consecutive problems reads the same K and V (grouped-query attention; 1 without).
     Flash { batch: DimExpr, sq: DimExpr, sk: DimExpr, d: DimExpr, dv: DimExpr, group: DimExpr },
-    /// Matmuls launched together, each `(batch, m, n, k)`, sharing one blocking.
-    Horizontal { parts: Vec<(DimExpr, DimExpr, DimExpr, DimExpr)> },
+    /// Matmuls launched together, each `(batch, m, n, k)`, sharing one blocking (NC a
+    /// multiple of `nc_step`, as for `MatMul`).
+    Horizontal { parts: Vec<(DimExpr, DimExpr, DimExpr, DimExpr)>, nc_step: DimExpr },
 }
 
 /// What the runtime needs to launch one kernel.

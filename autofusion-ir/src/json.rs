@@ -322,15 +322,17 @@ impl Json for Work {
             Work::Rows { rows, n, row_buffers } => json!({
                 "kind": "rows", "rows": rows.to_json(), "n": n.to_json(), "row_buffers": row_buffers
             }),
-            Work::MatMul { batch, m, n, k, products } => json!({
+            Work::MatMul { batch, m, n, k, products, nc_step } => json!({
                 "kind": "matmul", "batch": batch.to_json(), "m": m.to_json(), "n": n.to_json(),
-                "k": k.to_json(), "products": products
+                "k": k.to_json(), "products": products, "nc_step": nc_step.to_json()
             }),
             Work::Flash { batch, sq, sk, d, dv, group } => json!({
                 "kind": "flash", "batch": batch.to_json(), "sq": sq.to_json(), "sk": sk.to_json(),
                 "d": d.to_json(), "dv": dv.to_json(), "group": group.to_json()
             }),
-            Work::Horizontal { parts } => json!({ "kind": "horizontal", "parts": parts.to_json() }),
+            Work::Horizontal { parts, nc_step } => json!({
+                "kind": "horizontal", "parts": parts.to_json(), "nc_step": nc_step.to_json()
+            }),
         }
     }
     fn from_json(v: &Value) -> Result<Self, String> {
@@ -346,6 +348,7 @@ impl Json for Work {
                 n: get(v, "n")?,
                 k: get(v, "k")?,
                 products: get(v, "products")?,
+                nc_step: get(v, "nc_step")?,
             },
             "flash" => Work::Flash {
                 batch: get(v, "batch")?,
@@ -355,7 +358,9 @@ impl Json for Work {
                 dv: get(v, "dv")?,
                 group: get(v, "group")?,
             },
-            "horizontal" => Work::Horizontal { parts: get(v, "parts")? },
+            "horizontal" => {
+                Work::Horizontal { parts: get(v, "parts")?, nc_step: get(v, "nc_step")? }
+            }
             other => return Err(format!("unknown work `{other}`")),
         })
     }
@@ -462,7 +467,10 @@ mod tests {
                 name: "k0_y".into(),
                 buffers: vec![NodeId(0), NodeId(4)],
                 n_inputs: 1,
-                work: Work::Horizontal { parts: vec![(1.into(), s(), 8.into(), 8.into())] },
+                work: Work::Horizontal {
+                    parts: vec![(1.into(), s(), 8.into(), 8.into())],
+                    nc_step: 8.into(),
+                },
                 ops: "max".into(),
                 packs: vec![PackMeta {
                     func: "k0_y_pack0".into(),

@@ -251,3 +251,56 @@ pub fn plan_key(p: &autofusion_compiler::plan::Plan) -> String {
         .collect();
     format!("{} | {}", p.pipeline, groups.join(" | "))
 }
+
+/// SwiGLU alone: `silu(x Wg) * (x Wu)`, x `[S, 16]`, F 24 (nodes `gate`, `act`, `up`, `h`).
+pub fn swiglu_graph() -> autofusion_compiler::ir::Graph {
+    use autofusion_compiler::dim::DimExpr;
+    use autofusion_compiler::ir::{BinaryOp, DType, UnaryOp};
+    let (s, c) = (DimExpr::sym("S"), DimExpr::constant);
+    let mut b = autofusion_compiler::GraphBuilder::new("swiglu");
+    let x = b.param("x", DType::F32, vec![s, c(16)]);
+    let wg = b.param("w_gate", DType::F32, vec![c(16), c(24)]);
+    let wu = b.param("w_up", DType::F32, vec![c(16), c(24)]);
+    let gate = b.matmul(x, wg, "gate").unwrap();
+    let act = b.unary(UnaryOp::Silu, gate, "act").unwrap();
+    let up = b.matmul(x, wu, "up").unwrap();
+    let h = b.binary(BinaryOp::Mul, act, up, "h").unwrap();
+    b.output(h);
+    b.finish().unwrap()
+}
+
+/// Seed groups for `plan::plan_from`: each `(anchor, members)` a matmul kernel of the named
+/// nodes, every other op alone.
+pub fn seed_groups(
+    g: &autofusion_compiler::ir::Graph,
+    kernels: &[(&str, &[&str])],
+) -> Vec<autofusion_compiler::plan::Group> {
+    use autofusion_compiler::group::GroupKind;
+    use autofusion_compiler::ir::{NodeId, Op};
+    let id = |name: &str| g.ids().find(|i| g.node(*i).name == name).expect("a node of that name");
+    let group = |kind, nodes: Vec<NodeId>, anchor| autofusion_compiler::plan::Group {
+        kind,
+        nodes,
+        anchor,
+        rules: Vec::new(),
+        outputs: Vec::new(),
+        inputs: Vec::new(),
+        cost: None,
+    };
+    let mut taken = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for (anchor, names) in kernels {
+        let nodes: Vec<NodeId> = names.iter().map(|n| id(n)).collect();
+        taken.extend(nodes.iter().copied());
+        out.push(group(GroupKind::MatMul, nodes, Some(id(anchor))));
+    }
+    for i in g.ids() {
+        let op = &g.node(i).op;
+        if taken.contains(&i) || matches!(op, Op::Param { .. } | Op::Const { .. }) || op.is_view() {
+            continue;
+        }
+        let kind = if *op == Op::MatMul { GroupKind::MatMul } else { GroupKind::Elementwise };
+        out.push(group(kind, vec![i], (*op == Op::MatMul).then_some(i)));
+    }
+    out
+}

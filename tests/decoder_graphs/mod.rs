@@ -25,6 +25,49 @@ pub struct Sizes {
 
 pub const SMALL: Sizes = Sizes { d: 32, h: 4, kvh: 2, dh: 8, f: 48 };
 
+/// `decoder_layer(z)` at opt_level 3 (with `qkv_horizontal` when `horizontal`), checked to
+/// plan for `target` with every RoPE rotation and cache write inside a projection's kernel
+/// (matmul or horizontal): no rows or cache-write kernel of their own is left.
+pub fn rope_in_the_projections(
+    z: Sizes,
+    horizontal: bool,
+    target: &autofusion_compiler::target::Target,
+) -> autofusion_compiler::Unit {
+    use autofusion_compiler::group::GroupKind;
+    use autofusion_compiler::plan::{Rule, RuleSet};
+    let mut rules = RuleSet::all();
+    if horizontal {
+        rules.insert(Rule::QkvHorizontal);
+    }
+    let opts = autofusion_compiler::Options { opt_level: 3, rules, ..Default::default() };
+    let unit = autofusion_compiler::Unit::from_graph(decoder_layer(z), opts).unwrap();
+    let g = &unit.graph;
+    let plan = &unit.variant(autofusion_compiler::Variant::Fused, target).plan;
+    for grp in &plan.groups {
+        let rope_or_write = grp
+            .nodes
+            .iter()
+            .any(|m| matches!(g.node(*m).op, Op::RotateHalf | Op::CacheWrite { .. }));
+        let in_projection = matches!(grp.kind, GroupKind::MatMul | GroupKind::Horizontal);
+        let merges: Vec<String> = plan
+            .candidates
+            .iter()
+            .filter(|c| {
+                c.producer.iter().chain(c.consumers.iter().flatten()).any(|m| grp.nodes.contains(m))
+            })
+            .map(|c| {
+                format!("{:?} {:?} -> {:?}: {:?}", c.rule, c.producer, c.consumers, c.decision)
+            })
+            .collect();
+        assert!(
+            !rope_or_write || in_projection,
+            "dh {} horizontal {horizontal}: {grp:?} holds RoPE or a cache write\n{merges:#?}",
+            z.dh
+        );
+    }
+    unit
+}
+
 pub fn decoder_layer(z: Sizes) -> Graph {
     let c = DimExpr::constant;
     layer(LayerShape {

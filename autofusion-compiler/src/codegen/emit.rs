@@ -205,12 +205,33 @@ impl<'g> Emitter<'g> {
     }
     /// Declare an access of value `v` in `space` (offset and strides evaluated once per call).
     pub(crate) fn access(&mut self, sp: &mut Space, v: NodeId) -> usize {
+        let view = resolve(self.g, v);
+        let strides = space_strides(&view, &self.g.node(v).shape, sp.shape.len());
+        self.access_strided(sp, v, &view, strides)
+    }
+    /// Declare an access of value `v`, read in a permuted view of `sp` (a natural split:
+    /// `group::NaturalSplit`): `v` is aligned to the view's rank, and the view's axis `i` is
+    /// axis `perm[i]` of `sp`.
+    pub(crate) fn access_permuted(&mut self, sp: &mut Space, v: NodeId, perm: &[usize]) -> usize {
+        let view = resolve(self.g, v);
+        let in_view = space_strides(&view, &self.g.node(v).shape, perm.len());
+        let mut strides = vec![DimExpr::constant(0); sp.shape.len()];
+        for (i, s) in in_view.into_iter().enumerate() {
+            strides[perm[i]] = s;
+        }
+        self.access_strided(sp, v, &view, strides)
+    }
+    fn access_strided(
+        &mut self,
+        sp: &mut Space,
+        v: NodeId,
+        view: &crate::layout::View,
+        strides: Vec<DimExpr>,
+    ) -> usize {
         if let Some(a) = sp.accesses.get(&v) {
             return *a;
         }
-        let view = resolve(self.g, v);
         let rank = sp.shape.len();
-        let strides = space_strides(&view, &self.g.node(v).shape, rank);
         let a = self.n_access;
         self.n_access += 1;
         let name = &self.g.node(view.base).name;

@@ -329,7 +329,8 @@ fn finalize(p: &Planner) -> Vec<Group> {
                 let (rd, view) = p.readers(*m);
                 let stored_permuted =
                     crate::group::layout_store(g, &p.users, *m, &w.members).is_some();
-                p.is_output[m.idx()] || (view && !stored_permuted) || !rd.is_empty()
+                let split = crate::group::read_in_natural_split(g, &p.users, *m, &w.members);
+                p.is_output[m.idx()] || (view && !stored_permuted && !split) || !rd.is_empty()
             })
             .collect();
         out.push(Group {

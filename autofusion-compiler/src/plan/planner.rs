@@ -232,8 +232,10 @@ impl<'a> Planner<'a> {
     fn check_pair(&self, a: usize, b: usize) -> PairCheck {
         let (wa, wb) = (self.w(a), self.w(b));
         let claimed = rules::PIPELINE.iter().find(|r| r.claims(self, a, b));
-        // A layout store is the one merge that reads the producer through a view.
-        let through_views = claimed.is_some_and(|r| r.rule() == Rule::LayoutStore);
+        // A layout store reads the producer through a view, and an epilogue may read a
+        // product through a natural split of it (its rule checks which views).
+        let through_views =
+            claimed.is_some_and(|r| matches!(r.rule(), Rule::LayoutStore | Rule::LinearEpilogue));
         for m in wb.members.iter().filter(|_| !through_views) {
             for i in &self.g.node(*m).inputs {
                 if self.g.node(*i).op.is_view() && wa.members.contains(&base_of(self.g, *i)) {

@@ -334,15 +334,15 @@ static const char af_json[] =
     ",14],\"n_inputs\":3,\"name\":\"k1_return\",\"ops\":\"return: matmul add silu\",\"packs\":[{\"batch\":[[[],[1,1]]],"
     "\"batch_dims\":[],\"dtype\":\"f32\",\"func\":\"k1_return_pack0\",\"k\":[[[],[8,1]]],\"n\":[[[],[16,1]]],\"offset\":["
     "],\"param\":2,\"strides\":[[[[],[16,1]]],[[[],[1,1]]]]}],\"work\":{\"batch\":[[[],[1,1]]],\"k\":[[[],[8,1]]],\""
-    "kind\":\"matmul\",\"m\":[[[[\"S\",1]],[1,1]]],\"n\":[[[],[16,1]]],\"products\":1}},{\"buffers\":[0,4,14,16],\"n_in"
-    "puts\":3,\"name\":\"k2_return\",\"ops\":\"return: matmul add\",\"packs\":[{\"batch\":[[[],[1,1]]],\"batch_dims\":[]"
-    ",\"dtype\":\"f32\",\"func\":\"k2_return_pack0\",\"k\":[[[],[16,1]]],\"n\":[[[],[8,1]]],\"offset\":[],\"param\":4,\"st"
-    "rides\":[[[[],[8,1]]],[[[],[1,1]]]]}],\"work\":{\"batch\":[[[],[1,1]]],\"k\":[[[],[16,1]]],\"kind\":\"matmul\","
-    "\"m\":[[[[\"S\",1]],[1,1]]],\"n\":[[[],[8,1]]],\"products\":1}}],\"pipeline\":false,\"summary\":[\"[INFO] Graph `"
-    "ffn`: found 11 operators, 11 fusion candidates.\",\"[INFO] Estimated benefit: 0.1 MB memory traffic sa"
-    "ved, 8 launches saved, 0.003 ms faster (0.042 ms -> 0.039 ms on `host`).\",\"[INFO] Fused 11 operators"
-    " into 3 kernels (3 of them fuse two or more operators; the others run one operator each).\"],\"variant"
-    "\":\"fused\"}";
+    "kind\":\"matmul\",\"m\":[[[[\"S\",1]],[1,1]]],\"n\":[[[],[16,1]]],\"nc_step\":[[[],[1,1]]],\"products\":1}},{\"buf"
+    "fers\":[0,4,14,16],\"n_inputs\":3,\"name\":\"k2_return\",\"ops\":\"return: matmul add\",\"packs\":[{\"batch\":[[[],"
+    "[1,1]]],\"batch_dims\":[],\"dtype\":\"f32\",\"func\":\"k2_return_pack0\",\"k\":[[[],[16,1]]],\"n\":[[[],[8,1]]],\"o"
+    "ffset\":[],\"param\":4,\"strides\":[[[[],[8,1]]],[[[],[1,1]]]]}],\"work\":{\"batch\":[[[],[1,1]]],\"k\":[[[],[1"
+    "6,1]]],\"kind\":\"matmul\",\"m\":[[[[\"S\",1]],[1,1]]],\"n\":[[[],[8,1]]],\"nc_step\":[[[],[1,1]]],\"products\":1}"
+    "}],\"pipeline\":false,\"summary\":[\"[INFO] Graph `ffn`: found 11 operators, 11 fusion candidates.\",\"[INF"
+    "O] Estimated benefit: 0.1 MB memory traffic saved, 8 launches saved, 0.003 ms faster (0.042 ms -> 0."
+    "039 ms on `host`).\",\"[INFO] Fused 11 operators into 3 kernels (3 of them fuse two or more operators;"
+    " the others run one operator each).\"],\"variant\":\"fused\"}";
 const af_module *af_ffn_c9d31530d884698c_fused(void) {
     static const af_module m = {4, (uint32_t)sizeof(af_tiling), af_json, sizeof(af_json) - 1, af_kernels, 5};
     return &m;

@@ -3,7 +3,11 @@
 use super::*;
 
 /// The blocking on the host's worker threads, and the scratch floats one block needs.
-pub(super) fn host(cx: &HostCx, parts: &[(DimExpr, DimExpr, DimExpr, DimExpr)]) -> (Tiling, usize) {
+pub(super) fn host(
+    cx: &HostCx,
+    parts: &[(DimExpr, DimExpr, DimExpr, DimExpr)],
+    nc_step: i64,
+) -> (Tiling, usize) {
     let HostCx { eval, threads: t } = *cx;
     let ps: Vec<(i64, i64, i64, i64)> = parts
         .iter()
@@ -18,6 +22,8 @@ pub(super) fn host(cx: &HostCx, parts: &[(DimExpr, DimExpr, DimExpr, DimExpr)]) 
     while units_for(nc) < 2 * t && nc > NR_MAX {
         nc = (nc / 2 + NR_MAX - 1) / NR_MAX * NR_MAX;
     }
+    let widest = ps.iter().map(|p| p.2).max().unwrap_or(1);
+    let nc = super::matmul::whole_heads(nc, nc_step, NR_MAX, widest);
     let units = units_for(nc);
     let flops: i64 =
         ps.iter().map(|(b, m, n, k)| flops(&[2, *b, *m, *n, *k])).fold(0, i64::saturating_add);
@@ -31,8 +37,9 @@ pub(super) fn host(cx: &HostCx, parts: &[(DimExpr, DimExpr, DimExpr, DimExpr)]) 
 pub(super) fn ascend(
     cx: &AscendCx,
     parts: &[(DimExpr, DimExpr, DimExpr, DimExpr)],
+    nc_step: i64,
 ) -> Result<(AscendLaunch, usize), String> {
     let e = |d: &DimExpr| (cx.eval)(d).max(0);
     let dims: Vec<[i64; 4]> = parts.iter().map(|(b, m, n, k)| [e(b), e(m), e(n), e(k)]).collect();
-    super::matmul::ascend_parts(cx, &dims, 1)
+    super::matmul::ascend_parts(cx, &dims, 1, nc_step)
 }

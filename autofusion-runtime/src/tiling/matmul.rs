@@ -3,7 +3,12 @@
 use super::*;
 
 /// The blocking on the host's worker threads, and the scratch floats one block needs.
-pub(super) fn host(cx: &HostCx, [batch, m, n, k]: [&DimExpr; 4], products: u32) -> (Tiling, usize) {
+pub(super) fn host(
+    cx: &HostCx,
+    [batch, m, n, k]: [&DimExpr; 4],
+    products: u32,
+    nc_step: i64,
+) -> (Tiling, usize) {
     let HostCx { eval, threads: t } = *cx;
     let (b, m, n, k) = (eval(batch).max(0), eval(m).max(0), eval(n).max(0), eval(k).max(0));
     let (mc, kc) = (m.clamp(1, MC_MAX), k.clamp(1, KC_MAX));
@@ -13,6 +18,7 @@ pub(super) fn host(cx: &HostCx, [batch, m, n, k]: [&DimExpr; 4], products: u32) 
     while units_for(nc) < 2 * t && nc > NR_MAX {
         nc = (nc / 2 + NR_MAX - 1) / NR_MAX * NR_MAX;
     }
+    let nc = whole_heads(nc, nc_step, NR_MAX, n);
     let units = units_for(nc);
     let flops = flops(&[2, b, m, n, k]);
     let (block_num, upb) = split(units, flops >= 4 * MIN_PARALLEL_ELEMS, 8 * t);
@@ -27,9 +33,33 @@ pub(super) fn ascend(
     cx: &AscendCx,
     [batch, m, n, kk]: [&DimExpr; 4],
     products: u32,
+    nc_step: i64,
 ) -> Result<(AscendLaunch, usize), String> {
     let e = |d: &DimExpr| (cx.eval)(d).max(0);
-    ascend_parts(cx, &[[e(batch), e(m), e(n), e(kk)]], products)
+    ascend_parts(cx, &[[e(batch), e(m), e(n), e(kk)]], products, nc_step)
+}
+
+/// `nc` for an epilogue walking heads of `step` columns (`Work::MatMul::nc_step`): every C
+/// block holds whole heads, so NC is rounded down to a multiple of `step` that is also one
+/// of `align` (the blocks must start where the blocking starts them: packed B slivers of
+/// NR_MAX on the host, 16-column fractals on Ascend), or covers all `n` columns.
+pub(super) fn whole_heads(nc: i64, step: i64, align: i64, n: i64) -> i64 {
+    if step <= 1 || nc >= n {
+        return nc;
+    }
+    let l = step / gcd(step, align) * align;
+    match nc / l * l {
+        0 => l.min(n),
+        r => r,
+    }
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 /// The launch of a kernel computing the products `parts` (`[batch, m, n, k]` each, one after
@@ -38,6 +68,7 @@ pub(super) fn ascend_parts(
     cx: &AscendCx,
     parts: &[[i64; 4]],
     products: u32,
+    nc_step: i64,
 ) -> Result<(AscendLaunch, usize), String> {
     let AscendCx { kernel: k, fit, cores, pipeline_aivs, .. } = *cx;
     let mut t = AscendTiling::default();
@@ -55,6 +86,7 @@ pub(super) fn ascend_parts(
             mc = round_up(mc / 2, 16).max(16).min(m.max(1));
         }
     }
+    let nc = whole_heads(nc, nc_step, 16, n);
     let groups = pipeline_aivs
         .map(|a| a / 2)
         .unwrap_or_else(|| ((units(mc, nc) + 1) / 2).clamp(1, cores.groups()));

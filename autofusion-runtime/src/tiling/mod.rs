@@ -86,8 +86,10 @@ pub fn choose(
     let cx = HostCx { eval, threads: threads.max(1) as i64 };
     match work {
         Work::Rows { rows, n, row_buffers } => rows::host(&cx, rows, n, *row_buffers),
-        Work::MatMul { batch, m, n, k, products } => matmul::host(&cx, [batch, m, n, k], *products),
-        Work::Horizontal { parts } => horizontal::host(&cx, parts),
+        Work::MatMul { batch, m, n, k, products, nc_step } => {
+            matmul::host(&cx, [batch, m, n, k], *products, eval(nc_step))
+        }
+        Work::Horizontal { parts, nc_step } => horizontal::host(&cx, parts, eval(nc_step)),
         Work::Flash { batch, sq, sk, d, dv, group } => {
             flash::host(&cx, batch, sq, sk, d, dv, group)
         }
@@ -329,11 +331,11 @@ pub fn choose_ascend(
     let cx = AscendCx { kernel: k, eval, fit, cores, pipeline_aivs };
     match &k.work {
         Work::Rows { rows, n, .. } => rows::ascend(&cx, rows, n),
-        Work::MatMul { batch, m, n, k: kk, products } => {
-            matmul::ascend(&cx, [batch, m, n, kk], *products)
+        Work::MatMul { batch, m, n, k: kk, products, nc_step } => {
+            matmul::ascend(&cx, [batch, m, n, kk], *products, eval(nc_step))
         }
         Work::Flash { batch, sq, sk, d, dv, .. } => flash::ascend(&cx, batch, sq, sk, d, dv),
-        Work::Horizontal { parts } => horizontal::ascend(&cx, parts),
+        Work::Horizontal { parts, nc_step } => horizontal::ascend(&cx, parts, eval(nc_step)),
     }
 }
 
@@ -389,7 +391,8 @@ mod tests {
             assert_eq!(scratch, 2 * n as usize);
         }
         for (m, n, k) in [(1, 512, 512), (7, 3, 5), (128, 2048, 512), (513, 100, 1)] {
-            let w = Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(k), products: 1 };
+            let w =
+                Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(k), products: 1, nc_step: c(1) };
             let (t, _) = choose(&w, &|d| d.as_const().unwrap(), 2);
             let units = 2 * ((m + t.mc - 1) / t.mc) * ((n + t.nc - 1) / t.nc);
             assert_eq!(t.units, units);
@@ -401,9 +404,40 @@ mod tests {
             );
         }
         // Decode shape: one row of output still spreads over both threads.
-        let w = Work::MatMul { batch: c(1), m: c(1), n: c(2048), k: c(512), products: 1 };
+        let w = Work::MatMul {
+            batch: c(1),
+            m: c(1),
+            n: c(2048),
+            k: c(512),
+            products: 1,
+            nc_step: c(1),
+        };
         let (t, _) = choose(&w, &|d| d.as_const().unwrap(), 2);
         assert!(t.block_num >= 2, "{t:?}");
+    }
+
+    /// An epilogue walking heads (`nc_step`) gets C blocks of whole heads that still start on
+    /// packed-B sliver boundaries, or one block over all of N.
+    #[test]
+    fn matmul_blocks_hold_whole_heads_when_the_epilogue_walks_heads() {
+        let c = |v: i64| DimExpr::constant(v);
+        for (n, step) in [(18, 6), (24, 2), (576, 64), (192, 6), (1536, 96), (4096, 128), (64, 64)]
+        {
+            for threads in [1, 2, 8] {
+                let w = Work::MatMul {
+                    batch: c(1),
+                    m: c(1),
+                    n: c(n),
+                    k: c(64),
+                    products: 1,
+                    nc_step: c(step),
+                };
+                let (t, _) = choose(&w, &|d| d.as_const().unwrap(), threads);
+                assert_eq!(t.nc % step, 0, "n {n} step {step}: nc {}", t.nc);
+                assert!(t.nc % NR_MAX == 0 || t.nc >= n, "n {n} step {step}: nc {}", t.nc);
+                assert_eq!(t.units, (n + t.nc - 1) / t.nc);
+            }
+        }
     }
 
     #[test]
@@ -428,8 +462,17 @@ mod tests {
             cube_bytes: vec![4, 4],
         };
         for (m, n, kk) in [(1, 4096, 512), (7, 33, 5), (513, 100, 1), (2048, 4096, 4096)] {
-            let k =
-                kernel(Work::MatMul { batch: c(1), m: c(m), n: c(n), k: c(kk), products: 1 }, 99);
+            let k = kernel(
+                Work::MatMul {
+                    batch: c(1),
+                    m: c(m),
+                    n: c(n),
+                    k: c(kk),
+                    products: 1,
+                    nc_step: c(1),
+                },
+                99,
+            );
             let (l, ws) =
                 choose_ascend(&k, &|d| d.as_const().unwrap(), AscendCores::A2_24, None).unwrap();
             let t = l.tiling;
@@ -460,7 +503,14 @@ mod tests {
         }
         // An A too big for L2 with a B that fits: row panels (A read once, B from L2).
         let k = kernel(
-            Work::MatMul { batch: c(1), m: c(65536), n: c(1024), k: c(4096), products: 1 },
+            Work::MatMul {
+                batch: c(1),
+                m: c(65536),
+                n: c(1024),
+                k: c(4096),
+                products: 1,
+                nc_step: c(1),
+            },
             99,
         );
         let (l, _) =
@@ -480,7 +530,14 @@ mod tests {
         for cores in [AscendCores::A2_24, small] {
             for &(m, n, kk) in &[(1, 1, 1), (3, 4096, 11008), (4096, 1, 64), (100, 300, 7)] {
                 let k = kernel(
-                    Work::MatMul { batch: c(2), m: c(m), n: c(n), k: c(kk), products: 1 },
+                    Work::MatMul {
+                        batch: c(2),
+                        m: c(m),
+                        n: c(n),
+                        k: c(kk),
+                        products: 1,
+                        nc_step: c(1),
+                    },
                     8,
                 );
                 let (l, _) = choose_ascend(&k, &|d| d.as_const().unwrap(), cores, None).unwrap();

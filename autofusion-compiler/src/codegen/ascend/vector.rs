@@ -979,6 +979,20 @@ impl K<'_> {
     /// window starting at `col0`.
     pub(crate) fn src(&mut self, sp: &mut Space, v: NodeId, col0: &str) -> Src {
         let a = self.em.access(sp, v);
+        self.src_of(sp, v, a, col0)
+    }
+    /// `src` for a value read in a permuted view of `sp` (`Emitter::access_permuted`).
+    pub(crate) fn src_permuted(
+        &mut self,
+        sp: &mut Space,
+        v: NodeId,
+        col0: &str,
+        perm: &[usize],
+    ) -> Src {
+        let a = self.em.access_permuted(sp, v, perm);
+        self.src_of(sp, v, a, col0)
+    }
+    fn src_of(&self, sp: &Space, v: NodeId, a: usize, col0: &str) -> Src {
         let base = resolve(self.em.g, v).base;
         let gm = self.gm(self.em.buf[&base]);
         let d = self.em.g.node(v).dtype;

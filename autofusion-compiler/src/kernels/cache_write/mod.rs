@@ -92,12 +92,22 @@ impl Write {
     /// indices (`x_i<d>`, from the row prologue of a space tagged `x` over the new values)
     /// with the write's axis moved by the start.
     pub(crate) fn cache_row(&self, g: &Graph, dim: &dyn Fn(&DimExpr) -> String) -> String {
+        self.cache_row_at(g, dim, &|d| format!("x_i{d}"))
+    }
+    /// `cache_row` with the index of the new rows' axis `d` named by `index(d)` (an epilogue
+    /// walking a permutation of the new rows' space names them after its own axes).
+    pub(crate) fn cache_row_at(
+        &self,
+        g: &Graph,
+        dim: &dyn Fn(&DimExpr) -> String,
+        index: &dyn Fn(usize) -> String,
+    ) -> String {
         let rank = self.space.len();
         let p0 = dim(&self.start);
         let mut terms = Vec::new();
         for d in 0..rank - 1 {
             let shift = if d == self.axis { format!(" + ({p0})") } else { String::new() };
-            terms.push(format!("(x_i{d}{shift}) * ({})", dim(&self.cache_stride(g, d))));
+            terms.push(format!("({}{shift}) * ({})", index(d), dim(&self.cache_stride(g, d))));
         }
         if self.axis == rank - 1 {
             terms.push(format!("({p0})"));

@@ -10,9 +10,9 @@
 
 use crate::abi::Work;
 use crate::codegen::ascend::cube::*;
-use crate::codegen::ascend::vector::{Job, K};
+use crate::codegen::ascend::vector::K;
 use crate::codegen::ascend::Emitted;
-use crate::codegen::emit::{Code, Space};
+use crate::codegen::emit::Code;
 use crate::dim::numel;
 use crate::ir::DType;
 use crate::kernels::matmul::ascend::*;
@@ -28,8 +28,7 @@ struct Part<'g> {
     head: Code,
     a: Operand,
     b: Operand,
-    epi: Job<'g>,
-    spo: Space,
+    epi: Epilogue<'g>,
     object: usize,
 }
 
@@ -45,7 +44,9 @@ pub(crate) fn gen_horizontal(k: &mut K, grp: &Group, name: &str) -> Result<Emitt
     let mut objects: Vec<(bool, bool, DType)> = Vec::new();
     let mut parts = Vec::new();
     let mut dims = Vec::new();
+    let mut steps = Vec::new();
     for (anchor, members) in crate::group::horizontal_parts(g, &grp.nodes) {
+        steps.push(crate::kernels::matmul::nc_step(g, anchor, &members));
         let nodes: Vec<_> = grp.nodes.iter().copied().filter(|n| members.contains(n)).collect();
         let mp = MatmulParts::of(g, anchor, &nodes);
         let outer = std::mem::replace(&mut k.body, Code::new());
@@ -54,7 +55,7 @@ pub(crate) fn gen_horizontal(k: &mut K, grp: &Group, name: &str) -> Result<Emitt
         let cube = cube_type(g, mp.a_in, mp.b_in);
         let a = matmul_operand_a(k, &mp, cube);
         let b = matmul_operand_b(k, &mp, cube);
-        let (epi, spo) = matmul_epilogue(k, &nodes, &grp.outputs, &mp);
+        let epi = matmul_epilogue(k, &nodes, &grp.outputs, &mp);
         if a.staged || b.staged {
             sync_staged(&mut k.body);
         }
@@ -65,7 +66,7 @@ pub(crate) fn gen_horizontal(k: &mut K, grp: &Group, name: &str) -> Result<Emitt
             objects.len() - 1
         });
         dims.push((numel(&mp.batch), mp.m(), mp.n(), mp.k_dim.clone()));
-        parts.push(Part { head, a, b, epi, spo, object });
+        parts.push(Part { head, a, b, epi, object });
     }
     if objects.len() > MAX_OBJECTS {
         return Err(format!(
@@ -88,7 +89,7 @@ pub(crate) fn gen_horizontal(k: &mut K, grp: &Group, name: &str) -> Result<Emitt
         k.body.line("const int64_t u0 = (aiv + naiv - hoff % naiv) % naiv;");
         let obj = object_name(p.object);
         let tiles = Tiles { obj: &obj, first_unit: "u0", c_at: "0", end_each };
-        matmul_tiles(k, &tiles, &p.a, &p.b, None, &p.epi, &p.spo);
+        matmul_tiles(k, &tiles, &p.a, &p.b, None, &p.epi);
         k.body.line("hoff += units;");
         k.body.close();
     }
@@ -98,7 +99,7 @@ pub(crate) fn gen_horizontal(k: &mut K, grp: &Group, name: &str) -> Result<Emitt
     let stage_a = parts.iter().any(|p| p.a.staged);
     let stage_b = parts.iter().any(|p| p.b.staged);
     Ok(Emitted {
-        work: Work::Horizontal { parts: dims },
+        work: Work::Horizontal { parts: dims, nc_step: crate::kernels::matmul::common_step(steps) },
         mix: true,
         cube: 1,
         stage_a,

@@ -13,7 +13,9 @@ pub(crate) fn gen_horizontal(em: &mut Emitter, grp: &Group, body: &mut Code) -> 
     let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
     body.line("int64_t hoff = 0;");
     let mut parts = Vec::new();
+    let mut steps = Vec::new();
     for (anchor, members) in crate::group::horizontal_parts(em.g, &grp.nodes) {
+        steps.push(crate::kernels::matmul::nc_step(em.g, anchor, &members));
         // The braces scope the part's constants; its code is not indented inside them.
         body.line(format!("{{ /* part: {} */", em.g.node(anchor).name));
         // A horizontal part is one product (`Horizontal::check`).
@@ -22,5 +24,5 @@ pub(crate) fn gen_horizontal(em: &mut Emitter, grp: &Group, body: &mut Code) -> 
         body.line("hoff += units;");
         body.line("}");
     }
-    Work::Horizontal { parts }
+    Work::Horizontal { parts, nc_step: crate::kernels::matmul::common_step(steps) }
 }

@@ -48,6 +48,14 @@ impl KernelKind for Horizontal {
             }
             crate::kernels::matmul::check_part(g, *anchor, part)?;
         }
+        let in_parts: BTreeSet<NodeId> =
+            parts.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+        if let Some(m) = members.iter().find(|m| !in_parts.contains(m)) {
+            return Err(format!(
+                "`{}` belongs to no matmul of the horizontal kernel",
+                g.node(*m).name
+            ));
+        }
         Ok(())
     }
     fn cost(&self, k: &Kernel) -> Result<KernelCost, String> {

@@ -5,7 +5,7 @@ use crate::codegen::ascend::cube::*;
 use crate::codegen::ascend::vector::*;
 use crate::codegen::emit::{Code, Emitter, Space};
 use crate::dim::{numel, DimExpr, Shape};
-use crate::ir::{DType, Graph, NodeId};
+use crate::ir::{DType, Graph, NodeId, Op};
 use crate::layout::resolve;
 use crate::plan::Group;
 use std::collections::{BTreeMap, BTreeSet};
@@ -95,7 +95,7 @@ pub(crate) fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
         let sp = space("bs", mp.with(mp.k_dim.clone(), mp.n()));
         operand(k, sp, k.em.g.node(s).inputs[1], "BATCH * K", "N", cube)
     });
-    let (epi, spo) = matmul_epilogue(k, &grp.nodes, &grp.outputs, &mp);
+    let epi = matmul_epilogue(k, &grp.nodes, &grp.outputs, &mp);
     let c = &mut k.setup;
     c.line("AscendC::tiling::TCubeTiling ct;");
     c.line("af_cube_tiling(t, 0, ct);");
@@ -116,13 +116,15 @@ pub(crate) fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
         sync_staged(&mut k.body);
     }
     let tiles = Tiles { obj: "mm", first_unit: "aiv", c_at: "stage", end_each: bs.is_some() };
-    matmul_tiles(k, &tiles, &a, &b, bs.as_ref(), &epi, &spo);
+    matmul_tiles(k, &tiles, &a, &b, bs.as_ref(), &epi);
     if bs.is_none() {
         k.body.line("mm.End();");
     }
     let products = 1 + u32::from(mp.sibling.is_some());
-    let work =
-        Work::MatMul { batch: numel(&mp.batch), m: mp.m(), n: mp.n(), k: mp.k_dim, products };
+    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
+    let nc_step = super::nc_step(k.em.g, mp.anchor, &members);
+    let (batch, m, n) = (numel(&mp.batch), mp.m(), mp.n());
+    let work = Work::MatMul { batch, m, n, k: mp.k_dim, products, nc_step };
     (work, a.staged, staged_b, cube)
 }
 
@@ -234,15 +236,29 @@ pub(crate) fn matmul_operand_b(k: &mut K, mp: &MatmulParts, cube: DType) -> Oper
     Operand { v: b_in, sp: spb, trans: false, ld: "N".into(), staged: true, ty: cube }
 }
 
+/// The epilogue of one product: the job applied to each row of a C tile, the output space
+/// it reads in, and, when it computes in a natural split of the product (RoPE on heads), the
+/// heads' width: each tile row is then walked head by head, one job row per head.
+pub(crate) struct Epilogue<'g> {
+    pub(crate) job: Job<'g>,
+    pub(crate) spo: Space,
+    pub(crate) heads: Option<String>,
+}
+
 /// The epilogue job over the output rows of one tile, and the output space it reads in.
 pub(crate) fn matmul_epilogue<'g>(
     k: &mut K<'g>,
     nodes: &[NodeId],
     outputs: &[NodeId],
     mp: &MatmulParts,
-) -> (Job<'g>, Space) {
+) -> Epilogue<'g> {
     let g = k.em.g;
     let members: BTreeSet<NodeId> = nodes.iter().copied().collect();
+    let split = super::natural_epilogue(g, mp.anchor, &mp.epi_nodes, &members)
+        .expect("a matmul kernel's epilogue was checked");
+    if let Some((view, ns)) = split {
+        return split_epilogue(k, &members, outputs, mp, (view, &ns));
+    }
     let mut spo = space("o", mp.out_shape.clone());
     let mut srcs = BTreeMap::new();
     for i in ext_inputs(g, &mp.epi_nodes, &members) {
@@ -280,7 +296,79 @@ pub(crate) fn matmul_epilogue<'g>(
         ncols: "nlen".into(),
         tag: "o".into(),
     };
-    (job, spo)
+    Epilogue { job, spo, heads: None }
+}
+
+/// The epilogue of a product read through a natural split (`group::NaturalSplit`): the job
+/// walks the split's space, one row per head of `W` columns (`hh`, the head of the tile row
+/// `ti`), reading the view from the C tile (`rotate_half` of it at the partner column of the
+/// same head), the other operands and the outputs through the view's permutation, and cache
+/// writes at their cache rows.
+fn split_epilogue<'g>(
+    k: &mut K<'g>,
+    members: &BTreeSet<NodeId>,
+    outputs: &[NodeId],
+    mp: &MatmulParts,
+    (view, ns): (NodeId, &crate::group::NaturalSplit),
+) -> Epilogue<'g> {
+    let g = k.em.g;
+    let mut spo = space("o", ns.space.clone());
+    let mut srcs = BTreeMap::new();
+    for i in ext_inputs(g, &mp.epi_nodes, members) {
+        let written = crate::kernels::cache_write::only_written(g, members, i);
+        if i == view || written {
+            continue;
+        }
+        let s = k.src_permuted(&mut spo, i, "0", &ns.perm);
+        srcs.insert(i, s);
+    }
+    let tile = Src::Row { gm: "wc".into(), off: "ti * NC + (hh * W - n0)".into(), d: DType::F32 };
+    for &m in &mp.epi_nodes {
+        let n = g.node(m);
+        if n.op == Op::RotateHalf && n.inputs[0] == view {
+            srcs.insert(m, tile.clone().rotated("(W / 2)"));
+        }
+    }
+    srcs.insert(view, tile.clone());
+    let mut outs = Vec::new();
+    for &o in outputs.iter().filter(|o| members.contains(o)) {
+        let at = match crate::kernels::cache_write::Write::at(g, o) {
+            Ok(w) => {
+                let index = |d: usize| format!("o_i{}", ns.perm[d]);
+                w.cache_row_at(g, &|d| k.em.dim(d), &index)
+            }
+            Err(_) if o == mp.anchor => "orow * N + hh * W".to_string(),
+            Err(_) => {
+                let a = k.em.access_permuted(&mut spo, o, &ns.perm);
+                format!("o_row{a}")
+            }
+        };
+        outs.push((o, k.gm(k.em.buf[&o]), at, g.node(o).dtype));
+    }
+    if outputs.contains(&mp.anchor) {
+        // The product itself is copied out as its view's rows are.
+        srcs.insert(mp.anchor, tile);
+    }
+    // The rotations of the view stay members: their sources give their values (`chunk_loop`).
+    let nodes = mp.epi_nodes.clone();
+    let r = ns.space.len();
+    let job = Job {
+        g,
+        gathers: BTreeMap::new(),
+        // The members' own shape (the view's), which the phases compare them with; the rows
+        // the job walks are the split's (`spo`).
+        space: g.node(view).shape.clone(),
+        nodes,
+        srcs,
+        outs,
+        row_i: format!("o_i{}", r - 2),
+        causal_shift: causal_shift(&k.em, &mp.epi_nodes),
+        col0: "0".into(),
+        ncols: "W".into(),
+        tag: "o".into(),
+    };
+    let width = k.em.dim(ns.space.last().expect("a split has axes"));
+    Epilogue { job, spo, heads: Some(width) }
 }
 
 /// How a kernel walks one product's output tiles.
@@ -303,8 +391,7 @@ pub(crate) fn matmul_tiles(
     a: &Operand,
     b: &Operand,
     bs: Option<&Operand>,
-    epi: &Job,
-    spo: &Space,
+    epi: &Epilogue,
 ) {
     let g = k.em.g;
     let c = &mut k.body;
@@ -332,10 +419,30 @@ pub(crate) fn matmul_tiles(
     if let Some(bs) = bs {
         product(c, &k.em, ("mm1", "wc1", "gbs"), a, bs, true);
     }
+    let scalar_reads_tile =
+        epi.job.srcs.values().any(|s| matches!(s, Src::Gather { gm, .. } if gm == "wc"));
+    if scalar_reads_tile {
+        // `rotate_half` reads partner columns of the tile through the scalar unit's data
+        // cache, which may hold lines of the previous tile (the cube wrote this one):
+        // `docs/ascend-decode.md`, rule 8.
+        c.line("AscendC::DataCacheCleanAndInvalid<float, AscendC::CacheLine::ENTIRE_DATA_CACHE, AscendC::DcciDst::CACHELINE_OUT>(wc);");
+    }
     c.block_noted("for (int64_t ti = 0; ti < mlen; ++ti)", "epilogue, row by row", |c| {
         c.line("const int64_t orow = bi * M + m0 + ti;");
-        row_offsets(&k.em, spo, "orow", c);
-        epi.emit(&mut k.ub, c);
+        match &epi.heads {
+            None => {
+                row_offsets(&k.em, &epi.spo, "orow", c);
+                epi.job.emit(&mut k.ub, c);
+            }
+            Some(w) => {
+                // NC is a multiple of the heads' width (`Work::MatMul::nc_step`).
+                let _ = writeln!(c, "const int64_t W = {w};");
+                c.block("for (int64_t hh = n0 / W; hh < (n0 + nlen) / W; ++hh)", |c| {
+                    row_offsets(&k.em, &epi.spo, "orow * (N / W) + hh", c);
+                    epi.job.emit(&mut k.ub, c);
+                });
+            }
+        }
     });
     c.close();
 }

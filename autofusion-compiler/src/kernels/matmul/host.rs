@@ -13,9 +13,10 @@ pub(crate) fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work
     let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
     let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
     body.line("const int64_t hoff = 0;");
-    let (batch, m, n, k, products) =
-        gen_matmul_part(em, grp.anchor.unwrap(), &members, &outputs, body);
-    Work::MatMul { batch, m, n, k, products }
+    let anchor = grp.anchor.unwrap();
+    let (batch, m, n, k, products) = gen_matmul_part(em, anchor, &members, &outputs, body);
+    let nc_step = crate::kernels::matmul::nc_step(em.g, anchor, &members);
+    Work::MatMul { batch, m, n, k, products, nc_step }
 }
 
 /// One matmul of a kernel with its prologue and epilogue, and how its operands are read.
@@ -39,6 +40,9 @@ pub(crate) struct MatmulPart {
     /// every batch index (see `rows_over_batch`).
     pub(crate) loop_batch: DimExpr,
     pub(crate) loop_m: DimExpr,
+    /// The view of the product the epilogue reads, when it computes in a natural split of
+    /// the product (`spo` is then the split's space, rows of its last axis).
+    pub(crate) split: Option<(NodeId, crate::group::NaturalSplit)>,
 }
 
 /// One product of a matmul kernel: the matmul, its B operand and how B is read.
@@ -80,6 +84,7 @@ pub(crate) fn matmul_part(
     em: &mut Emitter,
     anchor: NodeId,
     members: &BTreeSet<NodeId>,
+    outputs: &BTreeSet<NodeId>,
 ) -> MatmulPart {
     let g = em.g;
     let out_shape = g.node(anchor).shape.clone();
@@ -102,7 +107,10 @@ pub(crate) fn matmul_part(
         .filter(|m| *m != anchor && !prologue.contains(m) && !siblings.contains(m))
         .collect();
     let mut spa = Space { tag: "a", shape: a_shape, accesses: BTreeMap::new() };
-    let mut spo = Space { tag: "o", shape: out_shape.clone(), accesses: BTreeMap::new() };
+    let split = crate::kernels::matmul::natural_epilogue(g, anchor, &epilogue, members)
+        .expect("a matmul kernel's epilogue was checked");
+    let spo_shape = split.as_ref().map_or(out_shape.clone(), |(_, s)| s.space.clone());
+    let mut spo = Space { tag: "o", shape: spo_shape, accesses: BTreeMap::new() };
     access_operands(em, &mut spa, prologue.iter().copied(), members);
     if !members.contains(&a_in) {
         em.access(&mut spa, a_in);
@@ -111,7 +119,10 @@ pub(crate) fn matmul_part(
     for s in siblings {
         products.push(Product::new(em, s, &b_shape, "bs"));
     }
-    access_operands(em, &mut spo, epilogue.iter().copied(), members);
+    match &split {
+        None => access_operands(em, &mut spo, epilogue.iter().copied(), members),
+        Some((view, ns)) => split_accesses(em, &mut spo, (*view, ns), &epilogue, members, outputs),
+    }
     // A of f32 with contiguous rows and no prologue is read in place by the micro-kernel.
     let a_direct =
         prologue.is_empty() && g.node(a_in).dtype.is_compute() && !em.strided_cols(&spa, a_in);
@@ -136,6 +147,39 @@ pub(crate) fn matmul_part(
         a_direct,
         loop_batch,
         loop_m,
+        split,
+    }
+}
+
+/// The accesses of an epilogue computed in a natural split (`spo` its space): every operand
+/// read from memory and every output member (for its store), each in the
+/// permuted view the members compute in; the view of the product itself is read from C.
+fn split_accesses(
+    em: &mut Emitter,
+    spo: &mut Space,
+    (view, ns): (NodeId, &crate::group::NaturalSplit),
+    epilogue: &[NodeId],
+    members: &BTreeSet<NodeId>,
+    outputs: &BTreeSet<NodeId>,
+) {
+    let g = em.g;
+    for &m in epilogue {
+        if let Op::CacheWrite { .. } = g.node(m).op {
+            // Stored at its cache rows (`split_cache_rows`); the cache itself is not read.
+            let new = g.node(m).inputs[1];
+            if new != view && !members.contains(&new) {
+                em.access_permuted(spo, new, &ns.perm);
+            }
+            continue;
+        }
+        for &i in &g.node(m).inputs {
+            if i != view && !members.contains(&i) && !matches!(g.node(i).op, Op::Const { .. }) {
+                em.access_permuted(spo, i, &ns.perm);
+            }
+        }
+        if outputs.contains(&m) {
+            em.access_permuted(spo, m, &ns.perm);
+        }
     }
 }
 
@@ -181,7 +225,7 @@ pub(crate) fn gen_matmul_part(
     outputs: &BTreeSet<NodeId>,
     body: &mut Code,
 ) -> (DimExpr, DimExpr, DimExpr, DimExpr, u32) {
-    let mp = matmul_part(em, anchor, members);
+    let mp = matmul_part(em, anchor, members, outputs);
     let em: &Emitter = em;
     matmul_setup(em, &mp, body);
     body.block("for (int64_t u = u0; u < u1; ++u)", |c| {
@@ -454,6 +498,10 @@ pub(crate) fn store_c(
     outputs: &BTreeSet<NodeId>,
     c: &mut Code,
 ) {
+    if let Some((view, ns)) = &mp.split {
+        store_c_split(em, mp, (*view, ns), members, outputs, c);
+        return;
+    }
     let g = em.g;
     let note = format!("store C{}", if mp.epilogue.is_empty() { "" } else { " with the epilogue" });
     c.block_noted("for (int64_t m = 0; m < mlen; ++m)", &note, |c| {
@@ -482,6 +530,97 @@ pub(crate) fn store_c(
             }
         });
     });
+}
+
+/// `store_c` for an epilogue computed in a natural split of the product (RoPE on heads):
+/// each row of the C block is walked head by head (`W` columns each, the split's last
+/// extent; the blocking keeps NC a multiple of it), each head a row of the split's space, so
+/// every operand's offset is affine in the column `d` again. The view of the product is the
+/// C block; `rotate_half` of it reads its partner column in the same head of the block.
+fn store_c_split(
+    em: &Emitter,
+    mp: &MatmulPart,
+    (view, ns): (NodeId, &crate::group::NaturalSplit),
+    members: &BTreeSet<NodeId>,
+    outputs: &BTreeSet<NodeId>,
+    c: &mut Code,
+) {
+    let g = em.g;
+    let anchor = mp.products[0].node;
+    let dt = g.node(anchor).dtype;
+    let width = em.dim(ns.space.last().expect("a split has axes"));
+    let last = ns.space.len() - 1;
+    for &m in mp.epilogue.iter().filter(|m| matches!(g.node(**m).op, Op::CacheWrite { .. })) {
+        let cache = em.buf[&g.node(m).inputs[0]];
+        c.line(format!(
+            "(void)in{cache}; /* the cache, written in place through out{} */",
+            em.buf[&m]
+        ));
+    }
+    c.block_noted(
+        "for (int64_t m = 0; m < mlen; ++m)",
+        "store C with the epilogue, head by head",
+        |c| {
+            c.line(format!("const int64_t W = {width}, H = N / W;"));
+            c.block("for (int64_t h = n0 / W; h < (n0 + nlen) / W; ++h)", |c| {
+                em.row_prologue(&mp.spo, "(bi * M + m0 + m) * H + h", c);
+                split_cache_rows(em, mp, ns, c);
+                c.line("const float *Ch = Cc + m * LDC + (h * W - n0);");
+                c.block("for (int64_t d = 0; d < W; ++d)", |c| {
+                    let acc = round_to(dt, "Ch[d]".into());
+                    c.line(format!(
+                        "const float {} = {acc}; /* {} */",
+                        em.var(view),
+                        g.node(view).name
+                    ));
+                    if outputs.contains(&anchor) {
+                        c.line(format!("const float {} = {};", em.var(anchor), em.var(view)));
+                        c.line(store_out(em, anchor, "(bi * M + m0 + m) * N + h * W + d"));
+                    }
+                    let local = |x: NodeId| Some(em.var(x));
+                    let mut known = members.clone();
+                    known.insert(view);
+                    for &m in &mp.epilogue {
+                        let n = g.node(m);
+                        if n.op == Op::RotateHalf && n.inputs[0] == view {
+                            let p = "(d < W / 2 ? d + W / 2 : d - W / 2)";
+                            let x = round_to(dt, format!("Ch[{p}]"));
+                            c.line(format!(
+                                "const float {} = d < W / 2 ? -({x}) : ({x}); /* {} */",
+                                em.var(m),
+                                n.name
+                            ));
+                        } else {
+                            c.line(member_def(em, &mp.spo, &known, &local, m, "d"));
+                        }
+                        if let Op::CacheWrite { .. } = n.op {
+                            // The new rows go straight to their cache row (`split_cache_rows`).
+                            c.line(store_out(em, m, &format!("cw{} + d", m.0)));
+                        } else if outputs.contains(&m) {
+                            let a = mp.spo.accesses[&m];
+                            c.line(store_out(em, m, &format!("ac{a}_row + d * ac{a}_s{last}")));
+                        }
+                    }
+                });
+            });
+        },
+    );
+}
+
+/// The cache row (`cw<m>`) of each cache write of a split epilogue for the current head row:
+/// the new rows' axis `i` is the split space's axis `perm[i]` (`o_i<perm[i]>`).
+fn split_cache_rows(em: &Emitter, mp: &MatmulPart, ns: &crate::group::NaturalSplit, c: &mut Code) {
+    let g = em.g;
+    for &m in &mp.epilogue {
+        if let Ok(w) = crate::kernels::cache_write::Write::at(g, m) {
+            let index = |d: usize| format!("{}_i{}", mp.spo.tag, ns.perm[d]);
+            c.line(format!(
+                "const int64_t cw{} = {};",
+                m.0,
+                w.cache_row_at(g, &|d| em.dim(d), &index)
+            ));
+        }
+    }
 }
 
 /// Code writing rows `k0 .. k0 + klen` of B's NR columns from `col0` into the sliver `dst`

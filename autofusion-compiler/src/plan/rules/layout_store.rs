@@ -9,7 +9,9 @@
 //!
 //! A cache write is the other copy a kernel can store straight into: the new keys a rows
 //! kernel computes (RoPE's rotation) are written at their cache rows, at the call's position,
-//! instead of to a buffer the cache-write kernel then copies.
+//! instead of to a buffer the cache-write kernel then copies. A matmul kernel whose epilogue
+//! computes in the heads' view of its product (`group::NaturalSplit`) stores them the same
+//! way: K after RoPE, or V's product as it is.
 
 use super::{FusionRule, Rule};
 use crate::group::{layout_store, GroupKind};
@@ -40,7 +42,7 @@ impl FusionRule for LayoutStore {
         if let Some(new) = cache_store(p, a, b) {
             let only = p.users[new.idx()].len() == 1;
             return if only && !p.is_output[new.idx()] {
-                Ok((GroupKind::Elementwise, None))
+                Ok((wa.kind, wa.anchor))
             } else {
                 Err((Reason::OtherUsers, format!("{new} is also read elsewhere")))
             };
@@ -52,16 +54,26 @@ impl FusionRule for LayoutStore {
     }
 }
 
-/// The new rows `new` when group `b` is one cache write of rows that elementwise group `a`
-/// computes (not through a view).
+/// The new rows `new` when group `b` is one cache write of rows that group `a` computes: an
+/// elementwise group's member, or in a matmul kernel's epilogue (RoPE's rotation in the K
+/// projection's epilogue, or V's product itself seen as heads: a natural split of it).
 fn cache_store(p: &Planner, a: usize, b: usize) -> Option<NodeId> {
     let (wa, wb) = (p.w(a), p.w(b));
     let w = *wb.members.iter().next()?;
     let n = p.g.node(w);
-    let ok = wa.kind == GroupKind::Elementwise
-        && wb.kind == GroupKind::CacheWrite
+    let new = *n.inputs.get(1)?;
+    let in_epilogue = || {
+        let base = crate::layout::resolve(p.g, new).base;
+        wa.members.contains(&new)
+            || wa.members.contains(&base) && crate::group::natural_split(p.g, base, new).is_some()
+    };
+    let ok = wb.kind == GroupKind::CacheWrite
         && wb.members.len() == 1
         && matches!(n.op, crate::ir::Op::CacheWrite { .. })
-        && wa.members.contains(&n.inputs[1]);
-    ok.then(|| n.inputs[1])
+        && match wa.kind {
+            GroupKind::Elementwise => wa.members.contains(&new),
+            GroupKind::MatMul | GroupKind::Horizontal => in_epilogue(),
+            _ => false,
+        };
+    ok.then_some(new)
 }

@@ -14,14 +14,19 @@ impl FusionRule for SiblingMatmul {
     fn rule(&self) -> Rule {
         Rule::SiblingMatmul
     }
-    /// A lone matmul into a matmul kernel whose anchor reads the same A: the pairs of two
-    /// matmuls no other rule takes.
+    /// A matmul kernel with no prologue (a lone matmul, or one whose epilogue feeds the other
+    /// kernel's: SwiGLU's gate with its SiLU when the mul went to up's kernel first) into a
+    /// matmul kernel whose anchor reads the same A: the pairs of two matmuls no other rule
+    /// takes. Its epilogue comes along, reading the sibling's product.
     fn claims(&self, p: &Planner, a: usize, b: usize) -> bool {
         let (wa, wb) = (p.w(a), p.w(b));
         let a_of = |anchor: Option<NodeId>| anchor.map(|x| p.g.node(x).inputs[0]);
+        let no_prologue = wa.anchor.is_some_and(|x| {
+            crate::group::prologue_of(p.g, x, |m| wa.members.contains(m)).is_empty()
+        });
         wa.kind == GroupKind::MatMul
             && wb.kind == GroupKind::MatMul
-            && wa.members.len() == 1
+            && no_prologue
             && a_of(wa.anchor).is_some()
             && a_of(wa.anchor) == a_of(wb.anchor)
     }
