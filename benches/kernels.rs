@@ -5,6 +5,8 @@
 //!
 //! Parts, each ending with a one-line summary:
 //! 1. `fma peak`: an FMA loop per pool thread (the widest ISA this CPU has), all threads at once;
+//!    `peak <isa>`: the same for every instruction family this machine may run (f32 FMA at
+//!    256 and 512 bits, AVX512-BF16, AVX-VNNI and AVX512-VNNI, AMX-BF16 and AMX-INT8);
 //!    then the generated code's matmul micro-kernel alone on one core with its operands in L1
 //!    (`micro-kernel`), the ceiling of every matmul.
 //! 2. `gemm`: C = A B at M = N = K = 1024, f32, through a generated kernel, on the pool.
@@ -22,6 +24,9 @@
 //!
 //! Times are medians over runs interleaved with their competitors, so load on this shared
 //! machine hits all of them alike. Threads: `AUTOFUSION_THREADS` (default: all cores).
+
+#[path = "isa_peaks/mod.rs"]
+mod isa_peaks;
 
 use autofusion::{Module, Tensor};
 use autofusion_compiler::target::Target;
@@ -82,101 +87,30 @@ fn load(src: &str, variant: Variant, target: &Target) -> Module {
 
 // ---------------------------------------------------------------- 1. FMA peak
 
-/// FMA throughput of one thread for `iters` iterations: (flops, seconds).
-fn fma_loop(iters: u64) -> (f64, f64) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            let t0 = Instant::now();
-            // SAFETY: the CPU has AVX-512F (checked above).
-            let s = unsafe { fma512(iters) };
-            std::hint::black_box(s);
-            return (iters as f64 * 16.0 * 32.0, t0.elapsed().as_secs_f64());
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            let t0 = Instant::now();
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            let s = unsafe { fma256(iters) };
-            std::hint::black_box(s);
-            return (iters as f64 * 12.0 * 16.0, t0.elapsed().as_secs_f64());
-        }
-    }
-    let t0 = Instant::now();
-    let mut acc = [1.0f32; 32];
-    for _ in 0..iters {
-        for a in acc.iter_mut() {
-            *a = a.mul_add(0.999_999, 1e-7);
-        }
-    }
-    std::hint::black_box(acc);
-    (iters as f64 * 64.0, t0.elapsed().as_secs_f64())
-}
-
-/// 16 independent chains of 512-bit FMAs (enough to cover latency x ports).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn fma512(iters: u64) -> f32 {
-    use std::arch::x86_64::*;
-    let (a, b) = (_mm512_set1_ps(0.999_999), _mm512_set1_ps(1e-7));
-    let mut c = [_mm512_set1_ps(1.0); 16];
-    for _ in 0..iters {
-        for x in c.iter_mut() {
-            *x = _mm512_fmadd_ps(*x, a, b);
-        }
-    }
-    let mut s = _mm512_setzero_ps();
-    for x in c {
-        s = _mm512_add_ps(s, x);
-    }
-    _mm512_reduce_add_ps(s)
-}
-
-/// 12 independent chains of 256-bit FMAs.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn fma256(iters: u64) -> f32 {
-    use std::arch::x86_64::*;
-    let (a, b) = (_mm256_set1_ps(0.999_999), _mm256_set1_ps(1e-7));
-    let mut c = [_mm256_set1_ps(1.0); 12];
-    for _ in 0..iters {
-        for x in c.iter_mut() {
-            *x = _mm256_fmadd_ps(*x, a, b);
-        }
-    }
-    let mut out = [0.0f32; 8];
-    let mut s = _mm256_setzero_ps();
-    for x in c {
-        s = _mm256_add_ps(s, x);
-    }
-    _mm256_storeu_ps(out.as_mut_ptr(), s);
-    out.iter().sum()
-}
-
-/// GFLOP/s of all pool threads running the FMA loop at once: the best of many short tries,
+/// GFLOP/s of all pool threads running an FMA loop at once, at the widest f32 level this CPU
+/// has (`isa_peaks`; a scalar `mul_add` loop without AVX2): the best of many short tries,
 /// since a try in which another process takes a core measures that process, not the CPU.
 fn fma_peak(quick: bool) -> f64 {
-    let n = threads();
-    let iters = 1_000_000; // about 2 ms per try
-    let mut best = 0.0f64;
-    for _ in 0..if quick { 20 } else { 100 } {
-        let barrier = std::sync::Barrier::new(n);
-        let res: Vec<(f64, f64)> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..n)
-                .map(|_| {
-                    s.spawn(|| {
-                        barrier.wait();
-                        fma_loop(iters)
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        let flops: f64 = res.iter().map(|r| r.0).sum();
-        let secs = res.iter().map(|r| r.1).fold(0.0, f64::max);
-        best = best.max(flops / secs / 1e9);
+    let tries = if quick { 20 } else { 100 };
+    let families = isa_peaks::families();
+    let widest = families.iter().rfind(|f| f.usable && matches!(f.name, "avx2" | "avx512f"));
+    match widest {
+        Some(f) => isa_peaks::peak(f, threads(), tries),
+        None => isa_peaks::peak(&isa_peaks::scalar(), threads(), tries),
     }
-    best
+}
+
+/// `peak <isa>: X GFLOP/s` for each instruction family this machine may run, all pool threads
+/// at once (`isa_peaks`); the others are named as absent.
+fn isa_peak_lines(quick: bool) {
+    for f in isa_peaks::families() {
+        if f.usable {
+            let p = isa_peaks::peak(&f, threads(), if quick { 5 } else { 30 });
+            println!("peak {}: {p:.1} {} ({} threads)", f.name, f.unit, threads());
+        } else {
+            println!("peak {}: not on this machine", f.name);
+        }
+    }
 }
 
 // ---------------------------------------------------------------- 1b. micro-kernel alone
@@ -763,6 +697,7 @@ fn main() {
     );
     let peak = fma_peak(a.quick);
     println!("fma peak: {peak:.1} GFLOP/s ({} threads)", threads());
+    isa_peak_lines(a.quick);
     match micro_kernel(a.quick) {
         Ok((isa, g)) => {
             let per_core = peak / threads() as f64;
