@@ -46,7 +46,6 @@ pub(crate) fn gen_horizontal(k: &mut K, grp: &Group, name: &str) -> Result<Emitt
     let mut dims = Vec::new();
     let mut steps = Vec::new();
     for (anchor, members) in crate::group::horizontal_parts(g, &grp.nodes) {
-        steps.push(crate::kernels::matmul::nc_step(g, anchor, &members));
         let nodes: Vec<_> = grp.nodes.iter().copied().filter(|n| members.contains(n)).collect();
         let mp = MatmulParts::of(g, anchor, &nodes);
         let outer = std::mem::replace(&mut k.body, Code::new());
@@ -56,6 +55,7 @@ pub(crate) fn gen_horizontal(k: &mut K, grp: &Group, name: &str) -> Result<Emitt
         let a = matmul_operand_a(k, &mp, cube);
         let b = matmul_operand_b(k, &mp, cube);
         let epi = matmul_epilogue(k, &nodes, &grp.outputs, &mp);
+        steps.push(epi.nc_step());
         if a.staged || b.staged {
             sync_staged(&mut k.body);
         }

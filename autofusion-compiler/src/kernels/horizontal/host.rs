@@ -15,12 +15,12 @@ pub(crate) fn gen_horizontal(em: &mut Emitter, grp: &Group, body: &mut Code) -> 
     let mut parts = Vec::new();
     let mut steps = Vec::new();
     for (anchor, members) in crate::group::horizontal_parts(em.g, &grp.nodes) {
-        steps.push(crate::kernels::matmul::nc_step(em.g, anchor, &members));
         // The braces scope the part's constants; its code is not indented inside them.
         body.line(format!("{{ /* part: {} */", em.g.node(anchor).name));
         // A horizontal part is one product (`Horizontal::check`).
-        let (b, m, n, k, _) = gen_matmul_part(em, anchor, &members, &outputs, body);
-        parts.push((b, m, n, k));
+        let p = gen_matmul_part(em, anchor, &members, &outputs, body);
+        steps.push(p.nc_step);
+        parts.push((p.batch, p.m, p.n, p.k));
         body.line("hoff += units;");
         body.line("}");
     }

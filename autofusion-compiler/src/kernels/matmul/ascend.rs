@@ -121,8 +121,7 @@ pub(crate) fn gen_matmul(k: &mut K, grp: &Group) -> (Work, bool, bool, DType) {
         k.body.line("mm.End();");
     }
     let products = 1 + u32::from(mp.sibling.is_some());
-    let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
-    let nc_step = super::nc_step(k.em.g, mp.anchor, &members);
+    let nc_step = epi.nc_step();
     let (batch, m, n) = (numel(&mp.batch), mp.m(), mp.n());
     let work = Work::MatMul { batch, m, n, k: mp.k_dim, products, nc_step };
     (work, a.staged, staged_b, cube)
@@ -242,7 +241,14 @@ pub(crate) fn matmul_operand_b(k: &mut K, mp: &MatmulParts, cube: DType) -> Oper
 pub(crate) struct Epilogue<'g> {
     pub(crate) job: Job<'g>,
     pub(crate) spo: Space,
-    pub(crate) heads: Option<String>,
+    pub(crate) heads: Option<DimExpr>,
+}
+
+impl Epilogue<'_> {
+    /// What NC must be a multiple of (`Work::MatMul::nc_step`): the heads' width, else 1.
+    pub(crate) fn nc_step(&self) -> DimExpr {
+        self.heads.clone().unwrap_or_else(|| DimExpr::constant(1))
+    }
 }
 
 /// The epilogue job over the output rows of one tile, and the output space it reads in.
@@ -367,7 +373,7 @@ fn split_epilogue<'g>(
         ncols: "W".into(),
         tag: "o".into(),
     };
-    let width = k.em.dim(ns.space.last().expect("a split has axes"));
+    let width = ns.space.last().expect("a split has axes").clone();
     Epilogue { job, spo, heads: Some(width) }
 }
 
@@ -436,7 +442,7 @@ pub(crate) fn matmul_tiles(
             }
             Some(w) => {
                 // NC is a multiple of the heads' width (`Work::MatMul::nc_step`).
-                let _ = writeln!(c, "const int64_t W = {w};");
+                let _ = writeln!(c, "const int64_t W = {};", k.em.dim(w));
                 c.block("for (int64_t hh = n0 / W; hh < (n0 + nlen) / W; ++hh)", |c| {
                     row_offsets(&k.em, &epi.spo, "orow * (N / W) + hh", c);
                     epi.job.emit(&mut k.ub, c);

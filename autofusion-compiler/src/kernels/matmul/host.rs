@@ -13,10 +13,15 @@ pub(crate) fn gen_matmul(em: &mut Emitter, grp: &Group, body: &mut Code) -> Work
     let members: BTreeSet<NodeId> = grp.nodes.iter().copied().collect();
     let outputs: BTreeSet<NodeId> = grp.outputs.iter().copied().collect();
     body.line("const int64_t hoff = 0;");
-    let anchor = grp.anchor.unwrap();
-    let (batch, m, n, k, products) = gen_matmul_part(em, anchor, &members, &outputs, body);
-    let nc_step = crate::kernels::matmul::nc_step(em.g, anchor, &members);
-    Work::MatMul { batch, m, n, k, products, nc_step }
+    let p = gen_matmul_part(em, grp.anchor.unwrap(), &members, &outputs, body);
+    Work::MatMul {
+        batch: p.batch,
+        m: p.m,
+        n: p.n,
+        k: p.k,
+        products: p.products,
+        nc_step: p.nc_step,
+    }
 }
 
 /// One matmul of a kernel with its prologue and epilogue, and how its operands are read.
@@ -224,7 +229,7 @@ pub(crate) fn gen_matmul_part(
     members: &BTreeSet<NodeId>,
     outputs: &BTreeSet<NodeId>,
     body: &mut Code,
-) -> (DimExpr, DimExpr, DimExpr, DimExpr, u32) {
+) -> PartWork {
     let mp = matmul_part(em, anchor, members, outputs);
     let em: &Emitter = em;
     matmul_setup(em, &mp, body);
@@ -240,7 +245,27 @@ pub(crate) fn gen_matmul_part(
         store_c(em, &mp, members, outputs, c);
     });
     let r = mp.out_shape.len();
-    (mp.loop_batch, mp.loop_m, mp.out_shape[r - 1].clone(), mp.k_dim, mp.products.len() as u32)
+    // An epilogue walking heads needs C blocks of whole heads.
+    let nc_step =
+        mp.split.map_or(DimExpr::constant(1), |(_, s)| s.space[s.space.len() - 1].clone());
+    PartWork {
+        batch: mp.loop_batch,
+        m: mp.loop_m,
+        n: mp.out_shape[r - 1].clone(),
+        k: mp.k_dim,
+        products: mp.products.len() as u32,
+        nc_step,
+    }
+}
+
+/// The work of one matmul part as its loops walk it (`Work::MatMul`'s fields).
+pub(crate) struct PartWork {
+    pub(crate) batch: DimExpr,
+    pub(crate) m: DimExpr,
+    pub(crate) n: DimExpr,
+    pub(crate) k: DimExpr,
+    pub(crate) products: u32,
+    pub(crate) nc_step: DimExpr,
 }
 
 /// The sizes, tiling, micro-kernel, scratch layout and work units of a matmul part.

@@ -106,19 +106,6 @@ pub(crate) fn check_part(
     Ok(())
 }
 
-/// The width NC must be a multiple of for the part of the matmul at `anchor` among `members`:
-/// the heads' width when its epilogue computes in a natural split (each C block then holds
-/// whole heads, and `rotate_half` finds its partner column in the block), else 1.
-pub(crate) fn nc_step(g: &Graph, anchor: NodeId, members: &BTreeSet<NodeId>) -> DimExpr {
-    let prologue = crate::group::prologue_of(g, anchor, |m| members.contains(m));
-    let epilogue: Vec<NodeId> =
-        members.iter().copied().filter(|m| *m != anchor && !prologue.contains(m)).collect();
-    match natural_epilogue(g, anchor, &epilogue, members) {
-        Ok(Some((_, split))) => split.space.last().cloned().unwrap_or_else(|| DimExpr::constant(1)),
-        _ => DimExpr::constant(1),
-    }
-}
-
 /// One step serving several parts (a horizontal kernel's): the product of their distinct
 /// steps (Q and K share the head width, so it is usually that width).
 pub(crate) fn common_step(steps: impl IntoIterator<Item = DimExpr>) -> DimExpr {
